@@ -1,0 +1,1 @@
+"""Helpers shared by hefbuild stage rules (each imported module is part of a rule's cache key)."""

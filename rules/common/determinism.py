@@ -1,0 +1,37 @@
+"""Process-wide settings that make torch / ONNX Runtime results repeatable bit for bit."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+
+def pin_torch(seed: int) -> None:
+    """One thread and a fixed seed: multi-threaded reductions change float summation order."""
+    import torch
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # only settable once per process, before any parallel work; already pinned is fine
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(seed)
+
+
+def ort_session(model_path: str, **options: object) -> onnxruntime.InferenceSession:
+    """Single-threaded CPU session, so logits do not depend on core count or scheduling."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    for name, value in options.items():
+        setattr(so, name, value)
+    return ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])

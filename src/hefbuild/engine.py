@@ -1,0 +1,294 @@
+"""The engine: for one action, compute its key, then leave it, restore it, or build it.
+
+Deciding (`decide`) is separate from doing (`run`): `decide` reads state and returns a
+`Decision` with its reason; only `run` writes the store, `build/` and the event log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import HefbuildError, MissingOutput, RuleFailed, StageError
+from .events import EventLog, Outcome, read_json
+from .executors import ExecRequest, Executor, HostExecutor
+from .key import ActionKey, describe
+from .plan import Action, plan_project, rule_code_files
+from .project import Project
+from .statcache import StatCache
+from .store import Record, Store
+from .toolchain import ToolchainResolver, interpreter_path
+
+MANIFEST = "manifest.json"
+LOG = "log.txt"
+
+# Host variables a rule may need that cannot change its bytes; never part of a key.
+PASSTHROUGH_ENV = (
+    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ", "HF_HOME", "HF_TOKEN",
+    "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HUGGING_FACE_HUB_TOKEN", "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+    "no_proxy",
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: Outcome  # UPTODATE, RESTORED or BUILT: what `run` would do now
+    reason: str
+    key: ActionKey
+
+
+class Engine:
+    def __init__(self, project: Project, executor: Executor | None = None) -> None:
+        self.project = project
+        self.paths = project.paths
+        self.actions = plan_project(project)
+        self.stats = StatCache(self.paths.state / "digests.sqlite3")
+        self.store = Store(self.paths.store, self.stats)
+        self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json")
+        self.executor = executor or HostExecutor()
+        self.events = EventLog(self.paths.build / "events.jsonl")
+        self.check_seconds: dict[str, float] = {}
+
+    # -- keys ------------------------------------------------------------------------
+
+    def key_of(self, action: Action) -> ActionKey:
+        tc = self.project.toolchains[action.toolchain]
+        return ActionKey.of(describe(
+            stage=action.stage,
+            outputs=action.outputs,
+            rule=self._rule_digests(action),
+            inputs=self._input_digests(action),
+            files={name: {"path": path, "digest": self.stats.digest(self.paths.root / path).hex}
+                   for name, path in sorted(action.file_params.items())},
+            params=action.params,
+            source=action.source,
+            toolchain=self.toolchains.identity(tc),
+            env=tc.env,
+        ))
+
+    def _rule_digests(self, action: Action) -> dict[str, str]:
+        files = rule_code_files(self.paths.rules, action.rule)
+        if not files:
+            raise StageError(f"{action.task}: rule program rules/{action.rule} does not exist "
+                             f"(the {action.target} pipeline expects it)")
+        return {p.relative_to(self.paths.rules).as_posix(): self.stats.digest(p).hex
+                for p in files}
+
+    def _input_digests(self, action: Action) -> dict[str, str]:
+        digests = {}
+        for up in action.upstream:
+            manifest = read_json(self.paths.root / f"build/{action.model}/{up}" / MANIFEST)
+            if manifest is None:
+                raise StageError(f"{action.task}: upstream {up}:{action.model} has no result in "
+                                 f"build/ (run it first)")
+            for rel in sorted(manifest["outputs"]):
+                path = self.paths.root / f"build/{action.model}/{up}" / rel
+                digests[f"{up}/{rel}"] = self.stats.digest(path).hex
+        return digests
+
+    # -- deciding --------------------------------------------------------------------
+
+    def decide(self, action: Action) -> Decision:
+        key = self.key_of(action)
+        manifest = read_json(self._stage_dir(action) / MANIFEST)
+        if manifest is not None and manifest.get("key") == key.hex:
+            broken = self._first_changed_output(action, manifest)
+            if broken is None:
+                return Decision(Outcome.UPTODATE, "outputs in build/ match the current key", key)
+            reason = f"{broken} in build/ was changed or removed"
+        elif manifest is None:
+            reason = "no result in build/"
+        else:
+            reason = "inputs, parameters, rule or toolchain changed since the last build"
+        if self.store.has_record(key.hex):
+            return Decision(Outcome.RESTORED, reason + "; the result is in the store", key)
+        return Decision(Outcome.BUILT, reason + "; no stored result for this key", key)
+
+    def _first_changed_output(self, action: Action, manifest: dict[str, Any]) -> str | None:
+        for rel, out in sorted(manifest.get("outputs", {}).items()):
+            path = self._stage_dir(action) / rel
+            try:
+                if self.stats.digest(path).hex != out["digest"]:
+                    return rel
+            except OSError:
+                return rel
+        return None
+
+    def is_uptodate(self, task: str) -> bool:
+        start = time.monotonic()
+        try:
+            return self.decide(self.actions[task]).outcome is Outcome.UPTODATE
+        except HefbuildError:
+            return False  # let the action run and report the error in its own words
+        finally:
+            self.check_seconds[task] = time.monotonic() - start
+
+    # -- doing -----------------------------------------------------------------------
+
+    def run(self, task: str) -> dict[str, Any]:
+        action = self.actions[task]
+        start = time.monotonic()
+        key: ActionKey | None = None
+        try:
+            decision = self.decide(action)
+            key = decision.key
+            outcome, record = self._realize(action, decision)
+            if record is not None:
+                manifest = _manifest(action, key, record, outcome, time.monotonic() - start)
+                self._materialize(action, record, manifest)
+        except BaseException as exc:
+            self.events.append(task, key.hex if key else None, Outcome.FAILED,
+                               time.monotonic() - start, _self_peak_mb(), error=_one_line(exc))
+            raise
+        peak = record.peak_rss_mb if outcome is Outcome.BUILT else _self_peak_mb()
+        self.events.append(task, key.hex, outcome, time.monotonic() - start, peak)
+        return {"outcome": outcome.value, "key": key.hex}
+
+    def _realize(self, action: Action, decision: Decision) -> tuple[Outcome, Record | None]:
+        """The record to put in build/: none when up to date, else restored or built."""
+        if decision.outcome is Outcome.UPTODATE:
+            return Outcome.UPTODATE, None
+        if decision.outcome is Outcome.RESTORED:
+            record = self.store.get_record(decision.key.hex)
+            if record is not None and self.store.intact(record):
+                return Outcome.RESTORED, record
+            self.store.drop_record(decision.key.hex)  # corrupt: rebuild below
+        return Outcome.BUILT, self._build(action, decision.key)
+
+    def _build(self, action: Action, key: ActionKey) -> Record:
+        tc = self.project.toolchains[action.toolchain]
+        self.toolchains.check(tc)
+        with self.store.scratch() as scratch:
+            request = self._request(action, scratch)
+            result = self.executor.run(request)
+            if result.returncode != 0:
+                self._keep_failed_log(action, request.log_path)
+                raise RuleFailed(_failure_message(action, result, request.log_path))
+            outputs = self._collect_outputs(action, scratch / "out")
+            stored = {rel: self.store.put_file(path) for rel, path in outputs.items()}
+            log = self.store.put_file(request.log_path)
+            record = Record(key.hex, action.stage, stored, log.digest,
+                            key.description["toolchain"], round(result.seconds, 3),
+                            round(result.peak_rss_mb, 1), key.description)
+            self.store.put_record(record)
+        return record
+
+    def _request(self, action: Action, scratch: Path) -> ExecRequest:
+        (scratch / "out").mkdir()
+        (scratch / "work").mkdir()
+        action_file = scratch / "action.json"
+        action_file.write_text(json.dumps(self._action_json(action, scratch), indent=1))
+        tc = self.project.toolchains[action.toolchain]
+        argv = [interpreter_path(tc), str(self.paths.rules / action.rule), str(action_file)]
+        return ExecRequest(argv, scratch / "work", self._rule_env(tc.env), scratch / "log.txt")
+
+    def _action_json(self, action: Action, scratch: Path) -> dict[str, Any]:
+        return {
+            "format": 1, "model": action.model, "stage": action.stage, "target": action.target,
+            "params": action.params, "source": action.source,
+            "inputs": {up: str(self.paths.root / f"build/{action.model}/{up}")
+                       for up in action.upstream},
+            "files": {k: str(self.paths.root / v) for k, v in action.file_params.items()},
+            "out": str(scratch / "out"), "outputs": list(action.outputs),
+        }
+
+    def _rule_env(self, declared: dict[str, str]) -> dict[str, str]:
+        env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+        env.update(declared)
+        env["PYTHONPATH"] = str(self.paths.rules)
+        return env
+
+    def _collect_outputs(self, action: Action, out: Path) -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        for decl in action.outputs:
+            path = out / decl.rstrip("/")
+            if decl.endswith("/"):
+                files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+                if not files:
+                    raise MissingOutput(f"{action.task}: rules/{action.rule} exited 0 but left "
+                                        f"no files in declared output folder {decl}")
+                found.update({p.relative_to(out).as_posix(): p for p in files})
+            elif path.is_file() and not path.is_symlink():
+                found[decl] = path
+            else:
+                raise MissingOutput(f"{action.task}: rules/{action.rule} exited 0 but did not "
+                                    f"write declared output {decl}")
+        return found
+
+    def _keep_failed_log(self, action: Action, log_path: Path) -> None:
+        dest = self._stage_dir(action).parent / f"{action.stage}.failed.log"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log_path, dest)
+
+    # -- build/ ----------------------------------------------------------------------
+
+    def _stage_dir(self, action: Action) -> Path:
+        return self.paths.root / action.out_dir
+
+    def _materialize(self, action: Action, record: Record, manifest: dict[str, Any]) -> None:
+        """Replace build/<model>/<stage>/ as a whole: a crash leaves the old or the new."""
+        final = self._stage_dir(action)
+        staging = final.parent / f".{action.stage}.new-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        for rel, out in record.outputs.items():
+            self.store.materialize(out.digest, staging / rel)
+        self.store.materialize(record.log, staging / LOG)
+        (staging / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1))
+        _swap_dir(staging, final)
+        (final.parent / f"{action.stage}.failed.log").unlink(missing_ok=True)
+
+
+def _manifest(action: Action, key: ActionKey, record: Record, outcome: Outcome,
+              seconds: float) -> dict[str, Any]:
+    return {
+        "task": action.task, "model": action.model, "key": key.hex,
+        "outcome": outcome.value, "seconds": round(seconds, 3),
+        "build_seconds": record.seconds, "peak_rss_mb": record.peak_rss_mb,
+        "outputs": {rel: {"digest": o.digest, "size": o.size}
+                    for rel, o in sorted(record.outputs.items())},
+        "description": key.description,
+    }
+
+
+def _swap_dir(new: Path, final: Path) -> None:
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(new, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _self_peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _failure_message(action: Action, result: Any, log_path: Path) -> str:
+    rel_log = f"build/{action.model}/{action.stage}.failed.log"
+    if result.timed_out:
+        return f"{action.task}: killed after the {result.seconds:.0f} s timeout; log: {rel_log}"
+    last = _last_line(log_path)
+    return f"{action.task}: rules/{action.rule} failed (exit {result.returncode}): {last}; " \
+           f"log: {rel_log}"
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return "(no log)"
+    lines = [ln for ln in lines if ln]
+    return lines[-1][:300] if lines else "(no output)"

@@ -1,0 +1,47 @@
+"""One exception tree for everything hefbuild reports to a user.
+
+    HefbuildError                 one line, no traceback, at the CLI boundary
+     ├── SpecError                a declaration is wrong: file, key, what was expected
+     ├── StageError               a stage could not produce its result
+     │    ├── RuleFailed          the rule exited non-zero (its gate failed or it crashed)
+     │    ├── MissingOutput       the rule exited 0 but a declared output is absent
+     │    └── ToolchainMismatch   the toolchain lacks a required package version
+     └── StoreError               the store is unusable (permissions, disk)
+"""
+
+from __future__ import annotations
+
+
+class HefbuildError(Exception):
+    """A failure explained in one line; `str(err)` is what the user sees."""
+
+    exit_code = 1
+
+
+class SpecError(HefbuildError):
+    exit_code = 3
+
+    def __init__(self, file: str, key: str, expected: str) -> None:
+        self.file, self.key, self.expected = file, key, expected
+        where = f"{file}: {key}" if key else file
+        super().__init__(f"{where}: {expected}")
+
+
+class StageError(HefbuildError):
+    pass
+
+
+class RuleFailed(StageError):
+    pass
+
+
+class MissingOutput(StageError):
+    pass
+
+
+class ToolchainMismatch(StageError):
+    pass
+
+
+class StoreError(HefbuildError):
+    pass

@@ -1,0 +1,47 @@
+"""What happened, for people and tools: `build/events.jsonl` and per-stage manifests."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class Outcome(str, Enum):
+    BUILT = "built"
+    RESTORED = "restored"
+    UPTODATE = "uptodate"
+    FAILED = "failed"
+
+
+class EventLog:
+    """One JSON line per task per invocation; appends are single writes, so lines never mix."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, task: str, key: str | None, outcome: Outcome, seconds: float,
+               peak_rss_mb: float, **extra: Any) -> None:
+        line = {
+            "task": task, "key": key, "outcome": outcome.value,
+            "seconds": round(seconds, 4), "peak_rss_mb": round(peak_rss_mb, 1),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra,
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = (json.dumps(line, sort_keys=True) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,113 @@
+"""The stage chains of each target platform, as data.
+
+A stage names its rule program (under `rules/`), the upstream stages whose outputs it
+reads, the outputs it must leave (a trailing `/` is a non-empty folder), the parameters
+it accepts with their defaults, and the toolchain it runs in unless the model says
+otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .params import ParamDef
+from .params import ParamType as T
+
+
+@dataclass(frozen=True)
+class StageDef:
+    name: str
+    rule: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    params: dict[str, ParamDef] = field(default_factory=dict)
+    toolchain: str = "host"
+
+
+# Keys every [stages.<stage>] table accepts besides the stage's own parameters.
+COMMON_STAGE_KEYS = {"toolchain": ParamDef(T.STR)}
+
+_FETCH = StageDef("fetch", "fetch.py", (), ("checkpoint/",))
+
+_VERIFY_PARAMS = {
+    "prompts": ParamDef(T.STR_LIST, ["Once upon a time", "The little cat", "One day, a boy"]),
+    "max_new_tokens": ParamDef(T.INT, 16, minimum=1),
+    "min_token_agreement": ParamDef(T.FLOAT, 0.5, minimum=0.0, maximum=1.0),
+}
+
+CPU_ORT = (
+    _FETCH,
+    StageDef(
+        "export", "cpu_ort/export.py", ("fetch",), ("model.onnx", "export_report.json"),
+        {
+            "opset": ParamDef(T.INT, 17, minimum=7),
+            "reference_text": ParamDef(T.STR, "Once upon a time there was a little robot who"),
+            "cosine_min": ParamDef(T.FLOAT, 0.9999, minimum=-1.0),
+        },
+    ),
+    StageDef(
+        "quantize", "cpu_ort/quantize.py", ("fetch", "export"), ("model.int8.onnx",),
+        {
+            "calibration": ParamDef(T.FILE, "data/calibration/tiny-stories.txt"),
+            "samples": ParamDef(T.INT, 32, minimum=1),
+            "seq_len": ParamDef(T.INT, 32, minimum=1),
+            "seed": ParamDef(T.INT, 0),
+            "per_channel": ParamDef(T.BOOL, False),
+            "op_types": ParamDef(T.STR_LIST, ["MatMul", "Gemm"]),
+            "activation_type": ParamDef(T.STR, "QUInt8", choices=("QUInt8", "QInt8")),
+            "weight_type": ParamDef(T.STR, "QInt8", choices=("QInt8", "QUInt8")),
+        },
+    ),
+    StageDef(
+        "compile", "cpu_ort/compile.py", ("quantize",), ("model.opt.onnx",),
+        {"optimization_level": ParamDef(T.STR, "extended", choices=("basic", "extended", "all"))},
+    ),
+    StageDef("verify", "cpu_ort/verify.py", ("fetch", "compile"), ("report.json",),
+             dict(_VERIFY_PARAMS)),
+)
+
+# Sizes that are known to work on the Hailo-10H (HAILO-PIPELINE.md).
+_HAILO_SIZES = {
+    "seq_len": ParamDef(T.INT, 128, minimum=1),
+    "prefill_size": ParamDef(T.INT, 32, minimum=1),
+    "cache_size": ParamDef(T.INT, 128, minimum=1),
+}
+
+HAILO10H = (
+    _FETCH,
+    StageDef(
+        "export", "hailo/export.py", ("fetch",),
+        ("model.onnx", "hf_reference.npz", "tokenizer/", "run_config.json"),
+        {**_HAILO_SIZES, "cosine_min": ParamDef(T.FLOAT, 0.999, minimum=-1.0)},
+    ),
+    StageDef("parse", "hailo/parse.py", ("export",), ("parsed.har",),
+             toolchain="hailo-dfc-5.3.0"),
+    StageDef("resources", "hailo/resources.py", ("export", "parse"),
+             ("resources.har", "hailo-config.json"), toolchain="hailo-dfc-5.3.0"),
+    StageDef(
+        "optimize", "hailo/optimize.py", ("export", "resources"), ("quantized.har",),
+        {
+            "calibration": ParamDef(T.FILE, "data/calibration/tiny-stories.txt"),
+            "calibration_size": ParamDef(T.INT, 32, minimum=1),
+            "optimization_level": ParamDef(T.INT, 0, minimum=0, maximum=4),
+            "accept_reduced_optimization": ParamDef(T.BOOL, False),
+        },
+        toolchain="hailo-dfc-5.3.0",
+    ),
+    StageDef(
+        "compile", "hailo/compile.py", ("export", "optimize"), ("model.hef", "compiled.har"),
+        {"auto_spatial_reshapes": ParamDef(T.BOOL, False)},
+        toolchain="hailo-dfc-5.3.0",
+    ),
+    StageDef("verify", "hailo/verify.py", ("export", "compile"), ("report.json",),
+             dict(_VERIFY_PARAMS), toolchain="hailort-5.3.0"),
+)
+
+PIPELINES: dict[str, tuple[StageDef, ...]] = {"cpu-ort": CPU_ORT, "hailo10h": HAILO10H}
+
+# The stage whose output is a target's deployable artifact (`hef:<model>` for hailo10h).
+ARTIFACT_STAGE = {"cpu-ort": "compile", "hailo10h": "compile"}
+
+
+def stage_defs(target: str) -> dict[str, StageDef]:
+    return {s.name: s for s in PIPELINES[target]}

@@ -1,0 +1,97 @@
+"""The plan: one `Action` per (model, stage), as pure data derived from the declarations.
+
+Planning reads no file contents and starts no process: digests are taken later, when a
+task's up-to-date check or action runs, so `doit list` costs only TOML parsing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .params import ParamType
+from .pipelines import ARTIFACT_STAGE, PIPELINES
+from .project import Project
+from .specs import ModelSpec
+
+
+@dataclass(frozen=True)
+class Action:
+    model: str
+    stage: str
+    target: str
+    rule: str  # path under rules/
+    upstream: tuple[str, ...]  # stage names of the same model
+    outputs: tuple[str, ...]
+    params: dict[str, Any]
+    file_params: dict[str, str]  # param name -> project-relative path
+    source: dict[str, Any] | None  # only fetch sees the source; others see its outputs
+    toolchain: str
+
+    @property
+    def task(self) -> str:
+        return task_name(self.stage, self.model)
+
+    @property
+    def out_dir(self) -> str:
+        return f"build/{self.model}/{self.stage}"
+
+
+def task_name(stage: str, model: str) -> str:
+    return f"{stage}:{model}"
+
+
+def plan_model(model: ModelSpec) -> list[Action]:
+    actions = []
+    for sdef in PIPELINES[model.target]:
+        params = model.stages[sdef.name]
+        files = {k: v for k, v in params.items()
+                 if k in sdef.params and sdef.params[k].type is ParamType.FILE}
+        source = _source_description(model) if sdef.name == "fetch" else None
+        if source and "synthetic" in source and "corpus" in source["synthetic"]:
+            files["corpus"] = source["synthetic"]["corpus"]
+        actions.append(Action(
+            model.name, sdef.name, model.target, sdef.rule, sdef.inputs, sdef.outputs,
+            params, files, source, model.stage_toolchains[sdef.name],
+        ))
+    return actions
+
+
+def _source_description(model: ModelSpec) -> dict[str, Any]:
+    src = model.source
+    if src.synthetic is not None:
+        return {"synthetic": dict(src.synthetic)}
+    return {"hub": src.hub, "revision": src.revision, "files": dict(src.files)}
+
+
+def plan_project(project: Project) -> dict[str, Action]:
+    return {a.task: a for m in project.models.values() for a in plan_model(m)}
+
+
+def artifact_task(model: ModelSpec) -> str:
+    return task_name(ARTIFACT_STAGE[model.target], model.name)
+
+
+_HELPER_IMPORT = re.compile(r"^\s*(?:from|import)\s+common(?:\.(\w+))?(?:\s+import\s+([\w, ]+))?",
+                            re.MULTILINE)
+
+
+def rule_code_files(rules_dir: Path, rule: str) -> list[Path]:
+    """The rule file and the `rules/common/` modules it imports (transitively)."""
+    seen: dict[Path, None] = {}
+    todo = [rules_dir / rule]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen[path] = None
+        for m in _HELPER_IMPORT.finditer(path.read_text(encoding="utf-8")):
+            names = [m.group(1)] if m.group(1) else (m.group(2) or "").split(",")
+            names = [n.strip() for n in names]
+            todo += [rules_dir / "common" / f"{n}.py" for n in names if n]
+    init = rules_dir / "common" / "__init__.py"
+    if len(seen) > 1 and init.is_file():
+        seen[init] = None
+    return sorted(seen)

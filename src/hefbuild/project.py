@@ -1,0 +1,88 @@
+"""A project: its folders, and every declaration in them, loaded and cross-checked."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .errors import SpecError
+from .specs import COMMIT_RE, SHA256_RE, ModelSpec, ToolchainSpec, load_model, load_toolchain
+
+STATE_DIR = ".hefbuild"
+
+
+def default_store_root() -> Path:
+    """`HEFBUILD_STORE`, else the per-user cache dir (XDG on Linux)."""
+    if os.environ.get("HEFBUILD_STORE"):
+        return Path(os.environ["HEFBUILD_STORE"]).expanduser().absolute()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "hefbuild"
+
+
+@dataclass(frozen=True)
+class ProjectPaths:
+    root: Path
+    store: Path
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def toolchains(self) -> Path:
+        return self.root / "toolchain"
+
+    @property
+    def rules(self) -> Path:
+        return self.root / "rules"
+
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def state(self) -> Path:
+        return self.root / STATE_DIR
+
+
+@dataclass(frozen=True)
+class Project:
+    paths: ProjectPaths
+    models: dict[str, ModelSpec]
+    toolchains: dict[str, ToolchainSpec]
+
+
+def load_project(root: Path, store: Path | None = None) -> Project:
+    root = root.absolute()
+    paths = ProjectPaths(root, store or default_store_root())
+    toolchains = {p.stem: load_toolchain(p, root) for p in sorted(paths.toolchains.glob("*.toml"))}
+    if "host" not in toolchains:
+        raise SpecError("toolchain/host.toml", "", "missing: the embedded default toolchain")
+    models = {}
+    for path in sorted(paths.models.glob("*.toml")):
+        model = load_model(path, root, set(toolchains))
+        models[model.name] = _with_lock(model, path.with_suffix(".lock.json"), root)
+    return Project(paths, models, toolchains)
+
+
+def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:
+    """A hub model whose TOML names a branch takes its commit and file digests from the lock."""
+    src = model.source
+    if src.synthetic is not None or src.pinned or not lock_path.is_file():
+        return model
+    shown = lock_path.relative_to(root).as_posix()
+    try:
+        lock = json.loads(lock_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecError(shown, "", f"not valid JSON ({exc})") from exc
+    if lock.get("hub") != src.hub or lock.get("requested_revision") != src.revision:
+        raise SpecError(shown, "requested_revision",
+                        f"a lock of {src.hub}@{src.revision}; run `doit lock:{model.name}` again")
+    revision, files = lock.get("revision", ""), lock.get("files", {})
+    if not COMMIT_RE.match(str(revision)):
+        raise SpecError(shown, "revision", "a 40-hex commit hash")
+    if not files or not all(SHA256_RE.match(str(v)) for v in files.values()):
+        raise SpecError(shown, "files", "a table of file name -> sha256 hex digest")
+    return replace(model, source=replace(src, revision=revision, files=dict(files)))

@@ -1,0 +1,227 @@
+"""Declarations as typed values: `models/*.toml` and `toolchain/*.toml`.
+
+Loading checks every key against a schema and raises `SpecError` naming the file, the
+key path and what was expected; nothing is built from a file that did not load.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecError
+from .params import ParamDef, check_value, normalize
+from .params import ParamType as T
+from .pipelines import COMMON_STAGE_KEYS, PIPELINES, stage_defs
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+SYNTHETIC_KEYS: dict[str, ParamDef] = {
+    "architecture": ParamDef(T.STR, required=True, choices=("llama", "qwen2", "mistral", "qwen3")),
+    "seed": ParamDef(T.INT, required=True),
+    "hidden_size": ParamDef(T.INT, 64, minimum=8),
+    "intermediate_size": ParamDef(T.INT, 128, minimum=8),
+    "num_hidden_layers": ParamDef(T.INT, 2, minimum=1),
+    "num_attention_heads": ParamDef(T.INT, 4, minimum=1),
+    "num_key_value_heads": ParamDef(T.INT, 2, minimum=1),
+    "head_dim": ParamDef(T.INT, minimum=1),
+    "vocab_size": ParamDef(T.INT, 384, minimum=300),
+    "max_position_embeddings": ParamDef(T.INT, 256, minimum=16),
+    "rope_theta": ParamDef(T.FLOAT, minimum=1.0),
+    "tie_word_embeddings": ParamDef(T.BOOL),
+    "sliding_window": ParamDef(T.INT, minimum=1),
+    "train_steps": ParamDef(T.INT, 0, minimum=0),
+    "corpus": ParamDef(T.FILE, "data/corpus/tiny-stories.txt"),
+}
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where the checkpoint comes from: a pinned hub revision, or a synthetic recipe."""
+
+    hub: str | None = None
+    revision: str | None = None
+    files: dict[str, str] = field(default_factory=dict)  # name -> sha256
+    synthetic: dict[str, Any] | None = None
+
+    @property
+    def pinned(self) -> bool:
+        return self.synthetic is not None or (
+            self.revision is not None and COMMIT_RE.match(self.revision) is not None
+            and bool(self.files)
+        )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    file: str  # project-relative, for error lines
+    target: str
+    toolchain: str
+    source: SourceSpec
+    stages: dict[str, dict[str, Any]]  # stage -> resolved params (defaults applied)
+    stage_toolchains: dict[str, str]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ToolchainSpec:
+    name: str
+    file: str
+    kind: str
+    interpreter: str = "current"
+    packages: dict[str, str] = field(default_factory=dict)  # distribution -> required version
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+def read_toml(path: Path, shown: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(shown, "", f"malformed TOML ({exc})") from exc
+    except OSError as exc:
+        raise SpecError(shown, "", f"cannot be read ({exc.strerror})") from exc
+
+
+def _table(doc: dict[str, Any], key: str, shown: str, path: str) -> dict[str, Any]:
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        raise SpecError(shown, path, f"a table, got {type(value).__name__}")
+    return value
+
+
+def _only_keys(table: dict[str, Any], allowed: set[str] | dict, shown: str, path: str) -> None:
+    for key in table:
+        if key not in allowed:
+            names = ", ".join(sorted(allowed)) or "nothing"
+            raise SpecError(shown, f"{path}.{key}" if path else key,
+                            f"unknown key (expected one of: {names})")
+
+
+def check_params(
+    table: dict[str, Any], schema: dict[str, ParamDef], shown: str, path: str, root: Path
+) -> dict[str, Any]:
+    """Validate `table` against `schema`; return it with defaults filled in."""
+    _only_keys(table, schema, shown, path)
+    resolved: dict[str, Any] = {}
+    for key, pdef in schema.items():
+        if key not in table:
+            if pdef.required:
+                raise SpecError(shown, f"{path}.{key}", f"required: {pdef.type.value}")
+            if pdef.default is not None:
+                resolved[key] = pdef.default
+            continue
+        problem = check_value(table[key], pdef)
+        if problem:
+            raise SpecError(shown, f"{path}.{key}", f"expected {problem}")
+        resolved[key] = normalize(table[key], pdef)
+    for key, pdef in schema.items():
+        if pdef.type is T.FILE and key in resolved and not (root / resolved[key]).is_file():
+            raise SpecError(shown, f"{path}.{key}",
+                            f"file {resolved[key]!r} does not exist (paths are project-relative)")
+    return resolved
+
+
+def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
+    shown = path.relative_to(root).as_posix()
+    doc = read_toml(path, shown)
+    _only_keys(doc, {"model", "source", "stages"}, shown, "")
+    model = _table(doc, "model", shown, "model")
+    _only_keys(model, {"target", "toolchain", "description"}, shown, "model")
+    target = model.get("target")
+    if target not in PIPELINES:
+        raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(PIPELINES)))
+    toolchain = _toolchain_name(model.get("toolchain", "host"), toolchains, shown,
+                                "model.toolchain")
+    source = _load_source(_table(doc, "source", shown, "source"), shown, root)
+    stages, stage_tcs = _load_stages(_table(doc, "stages", shown, "stages"), target,
+                                     toolchain if "toolchain" in model else None,
+                                     toolchains, shown, root)
+    return ModelSpec(path.stem, shown, target, toolchain, source, stages, stage_tcs,
+                     str(model.get("description", "")))
+
+
+def _toolchain_name(value: Any, known: set[str], shown: str, key: str) -> str:
+    if not isinstance(value, str) or value not in known:
+        names = ", ".join(sorted(known))
+        raise SpecError(shown, key, f"a toolchain declared in toolchain/ ({names}), got {value!r}")
+    return value
+
+
+def _load_source(table: dict[str, Any], shown: str, root: Path) -> SourceSpec:
+    _only_keys(table, {"hub", "revision", "files", "synthetic"}, shown, "source")
+    if "synthetic" in table:
+        if "hub" in table:
+            raise SpecError(shown, "source",
+                            "either hub + revision or [source.synthetic], not both")
+        synthetic = _table(table, "synthetic", shown, "source.synthetic")
+        params = check_params(synthetic, SYNTHETIC_KEYS, shown, "source.synthetic", root)
+        return SourceSpec(synthetic=params)
+    hub, revision = table.get("hub"), table.get("revision")
+    if not isinstance(hub, str) or "/" not in hub:
+        raise SpecError(shown, "source.hub", "a hub repository id like 'org/name' "
+                        "(or a [source.synthetic] table)")
+    if not isinstance(revision, str) or not revision:
+        raise SpecError(shown, "source.revision", "a 40-hex commit hash of the hub repository")
+    files = _table(table, "files", shown, "source.files")
+    for name, sha in files.items():
+        if not isinstance(sha, str) or not SHA256_RE.match(sha):
+            raise SpecError(shown, f"source.files.{name}", "a sha256 hex digest")
+    return SourceSpec(hub=hub, revision=revision, files=dict(files))
+
+
+def _load_stages(
+    table: dict[str, Any], target: str, model_tc: str | None, toolchains: set[str],
+    shown: str, root: Path,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    defs = stage_defs(target)
+    _only_keys(table, defs, shown, "stages")
+    stages, stage_tcs = {}, {}
+    for name, sdef in defs.items():
+        given = _table(table, name, shown, f"stages.{name}")
+        schema = {**sdef.params, **COMMON_STAGE_KEYS}
+        resolved = check_params(given, schema, shown, f"stages.{name}", root)
+        tc = resolved.pop("toolchain", None) or model_tc or sdef.toolchain
+        stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"stages.{name}.toolchain")
+        stages[name] = resolved
+    return stages, stage_tcs
+
+
+TOOLCHAIN_KINDS = ("host",)
+
+
+def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
+    shown = path.relative_to(root).as_posix()
+    doc = read_toml(path, shown)
+    _only_keys(doc, {"toolchain", "packages", "env"}, shown, "")
+    tc = _table(doc, "toolchain", shown, "toolchain")
+    _only_keys(tc, {"kind", "interpreter", "description"}, shown, "toolchain")
+    kind = tc.get("kind")
+    if kind not in TOOLCHAIN_KINDS:
+        raise SpecError(shown, "toolchain.kind", "one of " + ", ".join(TOOLCHAIN_KINDS))
+    interpreter = tc.get("interpreter", "current")
+    if not isinstance(interpreter, str) or not interpreter:
+        raise SpecError(shown, "toolchain.interpreter", "'current' or a path to a python")
+    packages = _str_table(doc, "packages", shown)
+    env = _str_table(doc, "env", shown)
+    return ToolchainSpec(path.stem, shown, kind, interpreter, packages, env,
+                         str(tc.get("description", "")))
+
+
+def _str_table(doc: dict[str, Any], key: str, shown: str) -> dict[str, str]:
+    table = _table(doc, key, shown, key)
+    for name, value in table.items():
+        if not isinstance(value, str):
+            raise SpecError(shown, f"{key}.{name}", f"a string, got {type(value).__name__}")
+    return dict(table)

@@ -1,0 +1,183 @@
+"""The content-addressed store: output files by digest, and action key -> result records.
+
+On-disk layout (format v1), under the store root:
+
+    v1/objects/<d[:2]>/<d[2:]>   one file per content digest, read-only (0444)
+    v1/results/<k[:2]>/<k>.json  one record per action key (see `Record`)
+    v1/tmp/                      scratch dirs and temp files; same filesystem, so every
+                                 publish is a rename, atomic
+
+Invariants: an object's name is the SHA-256 of its bytes; a record is written only after
+every object it names is in place, so a crash at any point leaves either no record or a
+complete one. An object whose bytes no longer match its name (checked when it is read,
+cheaply via the stat cache) is deleted and its record treated as a miss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .digest import Digest, sha256_file
+from .errors import StoreError
+from .statcache import StatCache
+
+STORE_FORMAT = "v1"
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Record:
+    key: str
+    stage: str
+    outputs: dict[str, OutputFile]  # path relative to the stage dir -> content
+    log: str  # digest of the build log object
+    toolchain: dict[str, Any]
+    seconds: float
+    peak_rss_mb: float
+    description: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Record:
+        raw = json.loads(text)
+        raw["outputs"] = {k: OutputFile(**v) for k, v in raw["outputs"].items()}
+        return cls(**raw)
+
+
+class Store:
+    def __init__(self, root: Path, stats: StatCache) -> None:
+        self.root = root / STORE_FORMAT
+        self._stats = stats
+
+    def _dirs(self) -> None:
+        try:
+            for sub in ("objects", "results", "tmp"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"store {self.root.parent} is not writable: {exc.strerror}") from exc
+
+    def object_path(self, digest: str) -> Path:
+        return self.root / "objects" / digest[:2] / digest[2:]
+
+    def _record_path(self, key: str) -> Path:
+        return self.root / "results" / key[:2] / f"{key}.json"
+
+    @contextmanager
+    def scratch(self) -> Iterator[Path]:
+        """A private dir on the store's filesystem, removed afterwards whatever happens."""
+        self._dirs()
+        path = Path(tempfile.mkdtemp(prefix="scratch-", dir=self.root / "tmp"))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def put_file(self, path: Path) -> OutputFile:
+        """Move a finished file into the objects (it is consumed); returns its content."""
+        self._dirs()
+        digest = sha256_file(path)
+        size = path.stat().st_size
+        dest = self.object_path(digest.hex)
+        if not self.verify(digest.hex):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, 0o444)
+            try:
+                os.replace(path, dest)
+            except OSError:  # scratch on another filesystem: copy, then publish by rename
+                tmp = self._temp_copy(path)
+                os.replace(tmp, dest)
+            self._stats.remember(dest, digest)
+        return OutputFile(digest.hex, size)
+
+    def put_bytes(self, data: bytes) -> OutputFile:
+        self._dirs()
+        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return self.put_file(Path(tmp))
+
+    def _temp_copy(self, path: Path) -> Path:
+        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
+        os.close(fd)
+        shutil.copyfile(path, tmp)
+        os.chmod(tmp, 0o444)
+        return Path(tmp)
+
+    def put_record(self, record: Record) -> None:
+        """Publish a record; its objects must already be in place."""
+        dest = self._record_path(record.key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(record.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def get_record(self, key: str) -> Record | None:
+        path = self._record_path(key)
+        try:
+            return Record.from_json(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, KeyError):
+            with suppress(OSError):
+                path.unlink()  # unreadable record: a miss, and gone
+            return None
+
+    def has_record(self, key: str) -> bool:
+        return self._record_path(key).is_file()
+
+    def drop_record(self, key: str) -> None:
+        with suppress(FileNotFoundError):
+            self._record_path(key).unlink()
+
+    def verify(self, digest: str) -> bool:
+        """True when the object exists and its bytes match its name; a bad one is deleted."""
+        path = self.object_path(digest)
+        try:
+            actual = self._stats.digest(path)
+        except FileNotFoundError:
+            return False
+        if actual == Digest(digest):
+            return True
+        with suppress(OSError):
+            path.unlink()
+        return False
+
+    def intact(self, record: Record) -> bool:
+        """Every object of the record present and verified (corrupt ones are removed)."""
+        digests = [o.digest for o in record.outputs.values()] + [record.log]
+        return all([self.verify(d) for d in digests])  # verify all: prune every bad one
+
+    def materialize(self, digest: str, dest: Path) -> None:
+        """Hard-link (or copy across filesystems) one object to `dest`, read-only."""
+        src = self.object_path(digest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copyfile(src, dest)
+            os.chmod(dest, 0o444)
+        self._stats.remember(dest, Digest(digest))
+        # Linking changes the object's ctime; record it so it is not re-hashed next read.
+        self._stats.remember(src, Digest(digest))

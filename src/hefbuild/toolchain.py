@@ -1,0 +1,125 @@
+"""Toolchain identity: what a `host` toolchain is, as it enters every key.
+
+The identity is the interpreter's version and platform plus the installed version of every
+package the toolchain file names. Reading package metadata costs ~50 ms, too much for a
+no-op build, so identities are cached in `.hefbuild/toolchains.json` against the stat of
+the interpreter and of its site-packages folders (installing or removing a package
+changes the folder's mtime).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import HefbuildError, ToolchainMismatch
+from .specs import ToolchainSpec
+
+_PROBE = """
+import importlib.metadata as md, json, platform, sys, sysconfig
+def v(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+print(json.dumps({
+    "python": platform.python_version(),
+    "implementation": sys.implementation.name,
+    "platform": sysconfig.get_platform(),
+    "packages": {n: v(n) for n in json.loads(sys.argv[1])},
+}))
+"""
+
+_SITE_DIRS = """
+import json, site, sys
+print(json.dumps(sorted({p for p in sys.path if p.endswith("-packages")})))
+"""
+
+
+def interpreter_path(spec: ToolchainSpec) -> str:
+    return sys.executable if spec.interpreter == "current" else spec.interpreter
+
+
+class ToolchainResolver:
+    """Identities of host toolchains, cached on disk across invocations."""
+
+    def __init__(self, cache_file: Path) -> None:
+        self._cache_file = cache_file
+        self._memo: dict[str, dict[str, Any]] = {}
+
+    def identity(self, spec: ToolchainSpec) -> dict[str, Any]:
+        if spec.name not in self._memo:
+            self._memo[spec.name] = self._cached_or_probe(spec)
+        return self._memo[spec.name]
+
+    def check(self, spec: ToolchainSpec) -> None:
+        """Refuse to run a stage in an environment that lacks a pinned package version."""
+        installed = self.identity(spec)["packages"]
+        for name, wanted in sorted(spec.packages.items()):
+            have = installed.get(name)
+            if wanted != "*" and (have is None or have.split("+")[0] != wanted):
+                found = "not installed" if have is None else f"{have} installed"
+                raise ToolchainMismatch(
+                    f"{spec.file}: packages.{name}: version {wanted} required, {found} in "
+                    f"{interpreter_path(spec)} (install it, or run the stage in another toolchain)")
+
+    def _cached_or_probe(self, spec: ToolchainSpec) -> dict[str, Any]:
+        python = interpreter_path(spec)
+        stamp = _stamp(python, spec)
+        cache = self._load_cache()
+        entry = cache.get(spec.name)
+        if entry and entry.get("stamp") == stamp:
+            return entry["identity"]
+        identity = {"kind": spec.kind, **_probe(python, sorted(spec.packages))}
+        cache[spec.name] = {"stamp": stamp, "identity": identity}
+        self._save_cache(cache)
+        return identity
+
+    def _load_cache(self) -> dict[str, Any]:
+        try:
+            return json.loads(self._cache_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save_cache(self, cache: dict[str, Any]) -> None:
+        self._cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._cache_file.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(cache, sort_keys=True, indent=1))
+        os.replace(tmp, self._cache_file)
+
+
+def _stamp(python: str, spec: ToolchainSpec) -> str:
+    dirs = _site_dirs(python)
+    parts = [python, ",".join(sorted(spec.packages))]
+    for d in [python, *dirs]:
+        try:
+            st = os.stat(d)
+            parts.append(f"{d}:{st.st_mtime_ns}:{st.st_ino}")
+        except OSError:
+            parts.append(f"{d}:-")
+    return "|".join(parts)
+
+
+def _site_dirs(python: str) -> list[str]:
+    if python == sys.executable:
+        return sorted({p for p in sys.path if p.endswith("-packages")})
+    return json.loads(_run(python, [_SITE_DIRS]))
+
+
+def _probe(python: str, packages: list[str]) -> dict[str, Any]:
+    # A subprocess even for the current interpreter: its answer is cached, and importing
+    # package metadata here would slow every doit invocation.
+    return json.loads(_run(python, [_PROBE, json.dumps(packages)]))
+
+
+def _run(python: str, args: list[str]) -> str:
+    try:
+        done = subprocess.run([python, "-c", *args], capture_output=True, text=True, check=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HefbuildError(f"cannot run toolchain interpreter {python}: {exc}") from exc
+    return done.stdout
