@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import HefbuildError, MissingOutput, RuleFailed, StageError
-from .events import EventLog, Outcome, read_json
+from .errors import HefbuildError, MissingOutput, RuleFailed, SpecError, StageError
+from .events import EventLog, Outcome, peak_rss_mb, read_json
 from .executors import ExecRequest, Executor, HostExecutor
 from .key import ActionKey, describe
 from .plan import Action, plan_project, rule_code_files
@@ -54,12 +53,13 @@ class Engine:
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json")
         self.executor = executor or HostExecutor()
         self.events = EventLog(self.paths.build / "events.jsonl")
-        self.check_seconds: dict[str, float] = {}
+        self.last_check: dict[str, tuple[Decision, float]] = {}  # for uptodate events
 
     # -- keys ------------------------------------------------------------------------
 
     def key_of(self, action: Action) -> ActionKey:
         tc = self.project.toolchains[action.toolchain]
+        self._check_pinned(action)
         return ActionKey.of(describe(
             stage=action.stage,
             outputs=action.outputs,
@@ -72,6 +72,16 @@ class Engine:
             toolchain=self.toolchains.identity(tc),
             env=tc.env,
         ))
+
+    def _check_pinned(self, action: Action) -> None:
+        """A fetch must be fixed-output: a commit and a digest for every file."""
+        src = self.project.models[action.model].source
+        if action.stage != "fetch" or src.pinned:
+            return
+        model = self.project.models[action.model]
+        raise SpecError(model.file, "source.revision",
+                        f"a 40-hex commit with file digests, got {src.revision!r} (a branch?); "
+                        f"run `doit lock:{model.name}` where the hub is reachable to pin it")
 
     def _rule_digests(self, action: Action) -> dict[str, str]:
         files = rule_code_files(self.paths.rules, action.rule)
@@ -124,11 +134,11 @@ class Engine:
     def is_uptodate(self, task: str) -> bool:
         start = time.monotonic()
         try:
-            return self.decide(self.actions[task]).outcome is Outcome.UPTODATE
+            decision = self.decide(self.actions[task])
         except HefbuildError:
             return False  # let the action run and report the error in its own words
-        finally:
-            self.check_seconds[task] = time.monotonic() - start
+        self.last_check[task] = (decision, time.monotonic() - start)
+        return decision.outcome is Outcome.UPTODATE
 
     # -- doing -----------------------------------------------------------------------
 
@@ -143,11 +153,13 @@ class Engine:
             if record is not None:
                 manifest = _manifest(action, key, record, outcome, time.monotonic() - start)
                 self._materialize(action, record, manifest)
+        except SpecError:
+            raise  # bad input changes nothing, not even the event log
         except BaseException as exc:
             self.events.append(task, key.hex if key else None, Outcome.FAILED,
-                               time.monotonic() - start, _self_peak_mb(), error=_one_line(exc))
+                               time.monotonic() - start, peak_rss_mb(), error=_one_line(exc))
             raise
-        peak = record.peak_rss_mb if outcome is Outcome.BUILT else _self_peak_mb()
+        peak = record.peak_rss_mb if outcome is Outcome.BUILT else peak_rss_mb()
         self.events.append(task, key.hex, outcome, time.monotonic() - start, peak)
         return {"outcome": outcome.value, "key": key.hex}
 
@@ -263,10 +275,6 @@ def _swap_dir(new: Path, final: Path) -> None:
         os.replace(final, old)
     os.replace(new, final)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _self_peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _one_line(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from enum import Enum
 from pathlib import Path
@@ -45,3 +46,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (what a restore or a check cost)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
