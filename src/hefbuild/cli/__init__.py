@@ -1,0 +1,1 @@
+"""Extra doit commands (registered in pyproject.toml under [tool.doit.plugins.command])."""

@@ -1,0 +1,77 @@
+"""Bad declarations: one line naming file, key and expectation; nothing built or stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import Project
+
+pytestmark = pytest.mark.e2e
+
+
+def snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
+    files = {}
+    for root in roots:
+        for p in sorted(root.rglob("*")) if root.exists() else []:
+            if p.is_file():
+                st = p.stat()
+                files[str(p)] = (st.st_size, st.st_mtime_ns)
+    return files
+
+
+CASES = [
+    ("models/tiny-llama.toml", "[model]", "[model",
+     "models/tiny-llama.toml: malformed TOML"),
+    ("models/tiny-llama.toml", 'target = "cpu-ort"', 'target = "cpu-ort"\ncolour = "red"',
+     "models/tiny-llama.toml: model.colour: unknown key"),
+    ("models/tiny-llama.toml", "samples = 32", 'samples = "many"',
+     "models/tiny-llama.toml: stages.quantize.samples: expected an integer"),
+    ("models/tiny-llama.toml", "[stages.quantize]", "[stages.optimise]\n[stages.quantize]",
+     "models/tiny-llama.toml: stages.optimise: unknown key"),
+    ("models/tiny-llama.toml", "[stages.quantize]", '[stages.quantize]\ntoolchain = "gpu-box"',
+     "models/tiny-llama.toml: stages.quantize.toolchain: a toolchain declared in toolchain/"),
+    ("models/tiny-llama.toml", 'calibration = "data/calibration/tiny-stories.txt"',
+     'calibration = "data/calibration/missing.txt"',
+     "models/tiny-llama.toml: stages.quantize.calibration: file 'data/calibration/missing.txt'"
+     " does not exist"),
+    ("models/tiny-llama.toml", "min_token_agreement = 0.5", "min_token_agreement = 1.5",
+     "models/tiny-llama.toml: stages.verify.min_token_agreement: expected a number <= 1.0"),
+    ("toolchain/host.toml", 'kind = "host"', 'kind = "vm"',
+     "toolchain/host.toml: toolchain.kind: one of"),
+]
+
+
+@pytest.mark.parametrize(("rel", "old", "new", "expected"), CASES,
+                         ids=[c[3].split(": ", 1)[1][:40] for c in CASES])
+def test_bad_declaration_gives_one_line_and_changes_nothing(
+    project: Project, rel: str, old: str, new: str, expected: str
+):
+    before = snapshot(project.root / "build", project.store)
+    project.edit(rel, old, new)
+    for args in (["verify:tiny-llama"], ["list"]):
+        run = project.doit(*args)
+        assert run.returncode != 0
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1, run.stderr
+        assert lines[0].startswith(f"ERROR: {expected}"), lines[0]
+        assert "Traceback" not in run.stdout + run.stderr
+    assert snapshot(project.root / "build", project.store) == before
+
+
+def test_unpinned_hub_revision_is_refused_before_anything_runs(project: Project):
+    before = snapshot(project.root / "build", project.store)
+    run = project.doit("fetch:smollm2")
+    assert run.returncode == 1
+    errors = [ln for ln in (run.stdout + run.stderr).splitlines() if ln.startswith("ERROR")]
+    assert errors == [errors[0]] and "models/smollm2.toml: source.revision" in errors[0]
+    assert "doit lock:smollm2" in errors[0]
+    assert snapshot(project.root / "build", project.store) == before
+
+
+def test_lock_without_network_says_so(project: Project):
+    run = project.doit("lock:tinystories", env={"HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert run.returncode == 1
+    assert "cannot reach the hub" in run.stdout + run.stderr
+    assert not (project.root / "models/tinystories.lock.json").exists()
