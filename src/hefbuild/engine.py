@@ -215,6 +215,7 @@ class Engine:
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         env.update(declared)
         env["PYTHONPATH"] = str(self.paths.rules)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # rules/ may be mounted read-only
         return env
 
     def _collect_outputs(self, action: Action, out: Path) -> dict[str, Path]:
