@@ -248,8 +248,9 @@ class Engine:
     def _materialize(self, action: Action, record: Record, manifest: dict[str, Any]) -> None:
         """Replace build/<model>/<stage>/ as a whole: a crash leaves the old or the new."""
         final = self._stage_dir(action)
+        for stale in final.parent.glob(f".{action.stage}.*-*"):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a killed run; we hold the lock
         staging = final.parent / f".{action.stage}.new-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
         for rel, out in record.outputs.items():
             self.store.materialize(out.digest, staging / rel)
         self.store.materialize(record.log, staging / LOG)

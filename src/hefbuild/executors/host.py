@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ from contextlib import suppress
 from .base import ExecRequest, ExecResult
 
 _POLL_S = 0.02
+_PR_SET_PDEATHSIG = 1
 
 
 class HostExecutor:
@@ -20,6 +22,7 @@ class HostExecutor:
             proc = subprocess.Popen(
                 request.argv, cwd=request.cwd, env=request.env, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
             try:
                 status, rusage, timed_out = _wait(proc, start, request.timeout_s)
@@ -50,6 +53,13 @@ def _wait(proc: subprocess.Popen, start: float, timeout_s: float | None):
             timed_out = True
             _kill_group(proc.pid)
         time.sleep(_POLL_S)
+
+
+def _die_with_parent() -> None:
+    """Linux: a `kill -9` of doit must not leave its stage running as an orphan."""
+    with suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _kill_group(pid: int) -> None:
