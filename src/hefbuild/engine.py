@@ -29,10 +29,11 @@ LOG = "log.txt"
 
 # Host variables a rule may need that cannot change its bytes; never part of a key.
 PASSTHROUGH_ENV = (
-    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ", "HF_HOME", "HF_TOKEN",
-    "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HUGGING_FACE_HUB_TOKEN", "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
-    "no_proxy",
+    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ",
+    "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE",
+    "HF_HUB_CACHE", "HF_HUB_DISABLE_XET", "HF_HUB_DISABLE_TELEMETRY",
+    "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )
 
 
