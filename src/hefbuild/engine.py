@@ -101,7 +101,12 @@ class Engine:
                                  f"build/ (run it first)")
             for rel in sorted(manifest["outputs"]):
                 path = self.paths.root / f"build/{action.model}/{up}" / rel
-                digests[f"{up}/{rel}"] = self.stats.digest(path).hex
+                try:
+                    digests[f"{up}/{rel}"] = self.stats.digest(path).hex
+                except OSError as exc:
+                    raise StageError(f"{action.task}: upstream output build/{action.model}/{up}/"
+                                     f"{rel} is missing ({exc.strerror}); run {up}:"
+                                     f"{action.model} again") from exc
         return digests
 
     # -- deciding --------------------------------------------------------------------
@@ -224,7 +229,7 @@ class Engine:
         for decl in action.outputs:
             path = out / decl.rstrip("/")
             if decl.endswith("/"):
-                files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+                files = _regular_files(action, path) if path.is_dir() else []
                 if not files:
                     raise MissingOutput(f"{action.task}: rules/{action.rule} exited 0 but left "
                                         f"no files in declared output folder {decl}")
@@ -270,6 +275,19 @@ def _manifest(action: Action, key: ActionKey, record: Record, outcome: Outcome,
                     for rel, o in sorted(record.outputs.items())},
         "description": key.description,
     }
+
+
+def _regular_files(action: Action, folder: Path) -> list[Path]:
+    """Every file under a declared output folder; a symlink could change under its digest."""
+    files = []
+    for p in sorted(folder.rglob("*")):
+        if p.is_symlink():
+            raise MissingOutput(f"{action.task}: rules/{action.rule} left a symlink "
+                                f"{p.relative_to(folder.parent).as_posix()} in its outputs; "
+                                f"outputs must be regular files")
+        if p.is_file():
+            files.append(p)
+    return files
 
 
 def _swap_dir(new: Path, final: Path) -> None:

@@ -6,7 +6,7 @@ task's up-to-date check or action runs, so `doit list` costs only TOML parsing.
 
 from __future__ import annotations
 
-import re
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,12 +74,9 @@ def artifact_task(model: ModelSpec) -> str:
     return task_name(ARTIFACT_STAGE[model.target], model.name)
 
 
-_HELPER_IMPORT = re.compile(r"^\s*(?:from|import)\s+common(?:\.(\w+))?(?:\s+import\s+([\w, ]+))?",
-                            re.MULTILINE)
-
-
 def rule_code_files(rules_dir: Path, rule: str) -> list[Path]:
-    """The rule file and the `rules/common/` modules it imports (transitively)."""
+    """The rule file and the `rules/common` modules it imports, transitively."""
+    common = rules_dir / "common"
     seen: dict[Path, None] = {}
     todo = [rules_dir / rule]
     while todo:
@@ -87,11 +84,36 @@ def rule_code_files(rules_dir: Path, rule: str) -> list[Path]:
         if path in seen or not path.is_file():
             continue
         seen[path] = None
-        for m in _HELPER_IMPORT.finditer(path.read_text(encoding="utf-8")):
-            names = [m.group(1)] if m.group(1) else (m.group(2) or "").split(",")
-            names = [n.strip() for n in names]
-            todo += [rules_dir / "common" / f"{n}.py" for n in names if n]
-    init = rules_dir / "common" / "__init__.py"
-    if len(seen) > 1 and init.is_file():
-        seen[init] = None
+        in_common = path.parent == common
+        todo += [common / f"{name}.py" for name in _common_imports(path, in_common)]
+    if len(seen) > 1 and (common / "__init__.py").is_file():
+        seen[common / "__init__.py"] = None
     return sorted(seen)
+
+
+def _common_imports(path: Path, in_common: bool) -> set[str]:
+    """Names of `rules/common` modules that a file imports, in any import spelling."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError:
+        return set()  # the rule will fail when run; its own bytes are still in the key
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[1] for a in node.names
+                      if a.name.startswith("common.")}
+        elif isinstance(node, ast.ImportFrom):
+            names |= _from_import(node, in_common)
+    return names
+
+
+def _from_import(node: ast.ImportFrom, in_common: bool) -> set[str]:
+    module = node.module or ""
+    relative_to_common = in_common and node.level == 1
+    if node.level == 0 and module == "common" or relative_to_common and not module:
+        return {a.name for a in node.names}  # from common import x / from . import x
+    if node.level == 0 and module.startswith("common."):
+        return {module.split(".")[1]}
+    if relative_to_common:
+        return {module.split(".")[0]}  # from .x import y
+    return set()

@@ -127,10 +127,18 @@ def check_params(
             raise SpecError(shown, f"{path}.{key}", f"expected {problem}")
         resolved[key] = normalize(table[key], pdef)
     for key, pdef in schema.items():
-        if pdef.type is T.FILE and key in resolved and not (root / resolved[key]).is_file():
-            raise SpecError(shown, f"{path}.{key}",
-                            f"file {resolved[key]!r} does not exist (paths are project-relative)")
+        if pdef.type is T.FILE and key in resolved:
+            _check_project_file(resolved[key], root, shown, f"{path}.{key}")
     return resolved
+
+
+def _check_project_file(value: str, root: Path, shown: str, key: str) -> None:
+    rel = Path(value)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise SpecError(shown, key, f"a path inside the project, relative to its root, "
+                        f"got {value!r}")
+    if not (root / rel).is_file():
+        raise SpecError(shown, key, f"file {value!r} does not exist (paths are project-relative)")
 
 
 def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
@@ -192,7 +200,7 @@ def _load_stages(
         given = _table(table, name, shown, f"stages.{name}")
         schema = {**sdef.params, **COMMON_STAGE_KEYS}
         resolved = check_params(given, schema, shown, f"stages.{name}", root)
-        tc = resolved.pop("toolchain", None) or model_tc or sdef.toolchain
+        tc = resolved.pop("toolchain") if "toolchain" in resolved else model_tc or sdef.toolchain
         stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"stages.{name}.toolchain")
         stages[name] = resolved
     return stages, stage_tcs

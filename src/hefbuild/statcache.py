@@ -35,6 +35,10 @@ class StatCache:
         if self._conn is None:
             self._db_path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self._db_path, timeout=60, isolation_level=None)
+            # A cache: losing the last writes to a crash costs a re-hash, never a wrong
+            # answer (the stat signature must still match), so no fsync per insert.
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=OFF")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS digests"
                 " (path TEXT PRIMARY KEY, sig TEXT NOT NULL, digest TEXT NOT NULL)"

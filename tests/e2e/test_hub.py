@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakes.hub_server import FakeHub, FakeRepo
 
-from ..fakes.hub_server import FakeHub, FakeRepo
 from .conftest import Project
 
 pytestmark = pytest.mark.e2e

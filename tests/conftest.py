@@ -1,0 +1,11 @@
+"""Shared by every test tier: `tests/` on sys.path, so `fakes` imports the same way whether
+or not `tests/` itself is a package."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)

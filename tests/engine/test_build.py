@@ -1,0 +1,77 @@
+"""A first build, and a second one that finds everything up to date."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+from hefbuild.digest import sha256_file
+from hefbuild.events import Outcome
+
+from .helpers import MODEL, TASKS, run_all
+
+
+def test_first_build_runs_every_rule_once_in_order(make_engine, fake, oracle):
+    assert run_all(make_engine()) == ["built"] * 5
+    assert fake.ran == list(TASKS)
+    oracle()
+
+
+def test_rule_gets_its_rule_file_and_action_json(make_engine, fake, root):
+    run_all(make_engine())
+    i = TASKS.index(f"quantize:{MODEL}")
+    request, action = fake.requests[i], fake.actions[i]
+    assert request.argv[1] == str(root / "rules" / "cpu_ort" / "quantize.py")
+    assert action["inputs"] == {up: str(root / "build" / MODEL / up) for up in ("fetch", "export")}
+    assert action["files"] == {"calibration": str(root / "data/calibration/tiny-stories.txt")}
+    assert request.env["PYTHONPATH"] == str(root / "rules")
+    assert request.env["PYTHONHASHSEED"] == "0"
+
+
+def test_outputs_are_materialized_read_only_with_manifest_and_log(built, root):
+    stage_dir = root / "build" / MODEL / "quantize"
+    out = stage_dir / "model.int8.onnx"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o444
+    manifest = json.loads((stage_dir / "manifest.json").read_text())
+    assert manifest["outputs"]["model.int8.onnx"]["digest"] == sha256_file(out).hex
+    assert manifest["key"] == built.decide(built.actions[f"quantize:{MODEL}"]).key.hex
+    assert manifest["description"]["params"]["samples"] == 32
+    assert (stage_dir / "log.txt").read_text() == "quantize: ok\n"
+
+
+def test_folder_output_materializes_every_file(built, root):
+    manifest = json.loads((root / "build" / MODEL / "fetch" / "manifest.json").read_text())
+    assert sorted(manifest["outputs"]) == ["checkpoint/config.json", "checkpoint/weights.bin"]
+
+
+def test_events_log_has_one_line_per_task(built, root):
+    lines = (root / "build" / "events.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["task"] for e in events] == list(TASKS)
+    assert {e["outcome"] for e in events} == {"built"}
+    for event in events:
+        assert len(event["key"]) == 64
+        assert event["seconds"] >= 0 and event["peak_rss_mb"] == 10.0
+
+
+def test_second_decide_is_uptodate_and_runs_nothing(built, fake):
+    decisions = [built.decide(built.actions[t]) for t in TASKS]
+    assert [d.outcome for d in decisions] == [Outcome.UPTODATE] * 5
+    assert run_all(built) == ["uptodate"] * 5
+    assert fake.ran == []
+
+
+def test_uptodate_check_on_a_fresh_engine(built, make_engine, fake):
+    engine = make_engine()
+    assert all(engine.is_uptodate(t) for t in TASKS)
+    assert fake.ran == []
+    assert set(engine.last_check) == set(TASKS)
+
+
+def test_each_stage_dir_holds_only_outputs_manifest_and_log(built, root):
+    for task, action in built.actions.items():
+        names = {p.name for p in (root / action.out_dir).iterdir()}
+        declared = {out.rstrip("/") for out in action.outputs}
+        assert names == declared | {"manifest.json", "log.txt"}, task
+    leftovers = [p.name for p in (root / "build" / MODEL).iterdir() if p.name.startswith(".")]
+    assert leftovers == []

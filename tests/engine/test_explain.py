@@ -1,0 +1,55 @@
+"""`explain_task`: why a task would run, field by field, without running anything."""
+
+from __future__ import annotations
+
+from hefbuild.explain import explain_task
+
+from .helpers import MODEL, edit, model_toml
+
+VERIFY = f"verify:{MODEL}"
+CHANGED = "  changed since the last build: "
+
+
+def test_up_to_date(built):
+    key = built.decide(built.actions[VERIFY]).key.hex
+    assert explain_task(built, VERIFY) == [f"{VERIFY}: up to date (key {key[:12]})"]
+
+
+def test_param_change_is_named_with_old_and_new_value(built, make_engine, root, fake):
+    edit(model_toml(root), "max_new_tokens = 16", "max_new_tokens = 24")
+    lines = explain_task(make_engine(), VERIFY)
+    assert lines[0].startswith(f"{VERIFY}: would run (inputs, parameters, rule or toolchain")
+    assert [ln for ln in lines if ln.startswith(CHANGED)] == [
+        CHANGED + "params.max_new_tokens: 16 -> 24"]
+    assert lines[-1].endswith("rules/cpu_ort/verify.py would run")
+    assert fake.ran == []
+
+
+def test_result_in_store_is_said_restorable(built, make_engine, root):
+    edit(model_toml(root), "max_new_tokens = 16", "max_new_tokens = 24")
+    make_engine().run(VERIFY)
+    edit(model_toml(root), "max_new_tokens = 24", "max_new_tokens = 16")
+    lines = explain_task(make_engine(), VERIFY)
+    assert CHANGED + "params.max_new_tokens: 24 -> 16" in lines
+    assert lines[-1].endswith("is in the store: it would be restored, no rule run")
+
+
+def test_stale_upstream_is_explained_first(built, make_engine, root):
+    edit(model_toml(root), "samples = 32", "samples = 16")
+    lines = explain_task(make_engine(), VERIFY)
+    assert lines[0].startswith(f"{VERIFY}: would run after upstream quantize:{MODEL}")
+    assert "early cutoff" in lines[1]
+
+
+def test_rule_code_change_shows_the_rule_digest(built, make_engine, root):
+    (root / "rules" / "cpu_ort" / "verify.py").write_text("# verify, version 2\n")
+    changes = [ln for ln in explain_task(make_engine(), VERIFY) if ln.startswith(CHANGED)]
+    assert len(changes) == 1
+    assert changes[0].startswith(CHANGED + "rule.cpu_ort/verify.py: sha256:")
+
+
+def test_explaining_writes_nothing(built, make_engine, root):
+    events = (root / "build" / "events.jsonl").read_bytes()
+    edit(model_toml(root), "max_new_tokens = 16", "max_new_tokens = 24")
+    explain_task(make_engine(), VERIFY)
+    assert (root / "build" / "events.jsonl").read_bytes() == events

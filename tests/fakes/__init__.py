@@ -1,0 +1,1 @@
+"""Test doubles for hefbuild's I/O boundaries."""

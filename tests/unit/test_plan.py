@@ -1,0 +1,147 @@
+"""The plan as pure data, and which rule code enters a key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hefbuild.plan import artifact_task, plan_model, plan_project, rule_code_files
+
+from .samples import SYNTHETIC
+
+
+@pytest.fixture
+def actions(model, proj):
+    (proj / "toolchain" / "x.toml").write_text('[toolchain]\nkind = "host"\n')
+    return {a.stage: a for a in plan_model(model(SYNTHETIC + '\n[stages.compile]\n'
+                                                 'toolchain = "x"\n'))}
+
+
+def test_cpu_ort_plans_five_actions_in_order(model):
+    actions = plan_model(model(SYNTHETIC))
+    assert [a.task for a in actions] == [
+        "fetch:m", "export:m", "quantize:m", "compile:m", "verify:m"]
+
+
+def test_upstreams(actions):
+    assert {s: a.upstream for s, a in actions.items()} == {
+        "fetch": (), "export": ("fetch",), "quantize": ("fetch", "export"),
+        "compile": ("quantize",), "verify": ("fetch", "compile")}
+
+
+def test_rules_outputs_and_dirs(actions):
+    quantize = actions["quantize"]
+    assert quantize.rule == "cpu_ort/quantize.py"
+    assert quantize.outputs == ("model.int8.onnx",)
+    assert quantize.out_dir == "build/m/quantize"
+    assert actions["fetch"].outputs == ("checkpoint/",)
+
+
+def test_file_params(actions):
+    assert actions["quantize"].file_params == {"calibration": "data/calibration/tiny-stories.txt"}
+    assert actions["fetch"].file_params == {"corpus": "data/corpus/tiny-stories.txt"}
+    assert actions["verify"].file_params == {}
+
+
+def test_only_fetch_sees_the_source(actions):
+    assert actions["fetch"].source["synthetic"]["seed"] == 1
+    assert all(a.source is None for s, a in actions.items() if s != "fetch")
+
+
+def test_stage_toolchain_override(actions):
+    assert {s: a.toolchain for s, a in actions.items()} == {
+        "fetch": "host", "export": "host", "quantize": "host", "compile": "x", "verify": "host"}
+
+
+def test_params_are_resolved(actions):
+    assert actions["verify"].params["max_new_tokens"] == 16
+    assert actions["compile"].params == {"optimization_level": "extended"}
+
+
+def test_hub_fetch_has_no_file_params(model):
+    hub = '[model]\ntarget = "cpu-ort"\n[source]\nhub = "org/n"\nrevision = "main"\n'
+    fetch = plan_model(model(hub))[0]
+    assert fetch.file_params == {}
+    assert fetch.source == {"hub": "org/n", "revision": "main", "files": {}}
+
+
+def test_plan_project_and_artifact(load, proj):
+    (proj / "models" / "n.toml").write_text(SYNTHETIC)
+    project = load(SYNTHETIC)
+    assert len(plan_project(project)) == 10
+    assert artifact_task(project.models["n"]) == "compile:n"
+
+
+# -- rule_code_files -----------------------------------------------------------------------
+
+
+def write(rules: Path, rel: str, text: str = "") -> Path:
+    path = rules / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> Path:
+    rules = tmp_path / "rules"
+    write(rules, "common/__init__.py")
+    write(rules, "common/action.py", "import json\n")
+    write(rules, "common/determinism.py", "from common.action import load_action\n")
+    write(rules, "common/compare.py")
+    write(rules, "common/unused.py")
+    return rules
+
+
+def names(rules: Path, files: list[Path]) -> list[str]:
+    return [p.relative_to(rules).as_posix() for p in files]
+
+
+def test_rule_without_helpers_is_just_itself(rules):
+    write(rules, "fetch.py", "import os\n")
+    assert names(rules, rule_code_files(rules, "fetch.py")) == ["fetch.py"]
+
+
+def test_helpers_are_found_transitively(rules):
+    write(rules, "cpu_ort/compile.py", "from common.determinism import ort_session\n")
+    assert names(rules, rule_code_files(rules, "cpu_ort/compile.py")) == [
+        "common/__init__.py", "common/action.py", "common/determinism.py", "cpu_ort/compile.py"]
+
+
+def test_from_common_import_several_modules(rules):
+    write(rules, "v.py", "from common import compare, action\nimport common.compare\n")
+    assert names(rules, rule_code_files(rules, "v.py")) == [
+        "common/__init__.py", "common/action.py", "common/compare.py", "v.py"]
+
+
+def test_import_cycles_terminate(rules):
+    write(rules, "common/action.py", "from common.determinism import x\n")
+    write(rules, "r.py", "from common.action import y\n")
+    assert names(rules, rule_code_files(rules, "r.py")) == [
+        "common/__init__.py", "common/action.py", "common/determinism.py", "r.py"]
+
+
+def test_missing_rule_gives_nothing(rules):
+    assert rule_code_files(rules, "cpu_ort/nope.py") == []
+
+
+# -- every import spelling of a helper puts it in the key (else its edits rebuild nothing) --
+
+
+def test_parenthesised_import_of_helpers(rules):
+    write(rules, "v.py", "from common import (\n    compare,\n    action,\n)\n")
+    assert names(rules, rule_code_files(rules, "v.py")) == [
+        "common/__init__.py", "common/action.py", "common/compare.py", "v.py"]
+
+
+def test_aliased_import_of_a_helper(rules):
+    write(rules, "v.py", "from common import compare as cmp\n")
+    assert names(rules, rule_code_files(rules, "v.py")) == [
+        "common/__init__.py", "common/compare.py", "v.py"]
+
+
+def test_relative_import_between_helpers(rules):
+    write(rules, "common/determinism.py", "from .action import load_action\n")
+    write(rules, "r.py", "from common.determinism import ort_session\n")
+    assert "common/action.py" in names(rules, rule_code_files(rules, "r.py"))
