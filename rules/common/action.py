@@ -26,7 +26,9 @@ class Action:
     def input_dir(self, stage: str) -> Path:
         """Folder of an upstream stage; a missing key means the stage graph is misdeclared."""
         if stage not in self.inputs:
-            fail(f"{self.stage}: upstream stage '{stage}' is not among inputs {sorted(self.inputs)}")
+            fail(
+                f"{self.stage}: upstream stage '{stage}' is not among inputs {sorted(self.inputs)}"
+            )
         return self.inputs[stage]
 
     def file(self, name: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -14,13 +15,19 @@ def pin_torch(seed: int) -> None:
     import torch
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Progress bars only add carriage-return noise to the captured stage log.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     torch.set_num_threads(1)
-    try:
+    # Only settable once per process, before any parallel work; already pinned is fine.
+    with contextlib.suppress(RuntimeError):
         torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass  # only settable once per process, before any parallel work; already pinned is fine
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(seed)
+    with contextlib.suppress(ImportError):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def ort_session(model_path: str, **options: object) -> onnxruntime.InferenceSession:
