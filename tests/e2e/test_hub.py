@@ -55,13 +55,31 @@ def test_lock_then_fetch_pins_commit_and_checks_every_file(project: Project, fak
 
 
 def test_fetch_refuses_a_file_whose_digest_changed(project: Project, fake_repo):
+    # Another commit: the shared store must not already hold this fetch's result.
+    fake_repo.commit = "fedcba9876543210fedcba9876543210fedcba98"
     with FakeHub(fake_repo) as hub:
         assert project.doit("lock:tinystories", env=hub_env(hub, project)).returncode == 0
         fake_repo.files["config.json"] = fake_repo.files["config.json"] + b" "
-        run = project.doit("fetch:tinystories", env=hub_env(hub, project))
+        # A machine whose hub cache is empty downloads the changed bytes.
+        env = {**hub_env(hub, project), "HF_HOME": str(project.root / ".hf-home-2")}
+        run = project.doit("fetch:tinystories", env=env)
     assert run.returncode == 1
     assert "sha256 mismatch for config.json" in run.stdout + run.stderr
     assert not (project.root / "build/tinystories/fetch").exists()
+
+
+def test_a_stored_fetch_needs_no_network(project: Project, fake_repo):
+    """Fixed-output: with the lock committed, a stored result restores with the hub gone."""
+    with FakeHub(fake_repo) as hub:
+        assert project.doit("lock:tinystories", env=hub_env(hub, project)).returncode == 0
+        assert project.doit("fetch:tinystories", env=hub_env(hub, project)).returncode == 0
+    import shutil
+
+    shutil.rmtree(project.root / "build/tinystories")
+    offline = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"}
+    run = project.doit("fetch:tinystories", env=offline)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.outcomes() == {"fetch:tinystories": "restored"}
 
 
 def test_no_token_in_key_manifest_or_log(project: Project, fake_repo):
