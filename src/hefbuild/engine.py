@@ -54,6 +54,7 @@ class Engine:
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json")
         self.executor = executor or HostExecutor()
         self.events = EventLog(self.paths.build / "events.jsonl")
+        self._rule_files: dict[str, list[Path]] = {}  # rule -> its code files, per invocation
         self.last_check: dict[str, tuple[Decision, float]] = {}  # for uptodate events
 
     # -- keys ------------------------------------------------------------------------
@@ -85,7 +86,9 @@ class Engine:
                         f"run `doit lock:{model.name}` where the hub is reachable to pin it")
 
     def _rule_digests(self, action: Action) -> dict[str, str]:
-        files = rule_code_files(self.paths.rules, action.rule)
+        if action.rule not in self._rule_files:
+            self._rule_files[action.rule] = rule_code_files(self.paths.rules, action.rule)
+        files = self._rule_files[action.rule]
         if not files:
             raise StageError(f"{action.task}: rule program rules/{action.rule} does not exist "
                              f"(the {action.target} pipeline expects it)")

@@ -93,9 +93,10 @@ class ToolchainResolver:
 
 
 def _stamp(python: str, spec: ToolchainSpec) -> str:
-    dirs = _site_dirs(python)
-    parts = [python, ",".join(sorted(spec.packages))]
-    for d in [python, *dirs]:
+    # The same interpreter is reached as .venv/bin/python and .venv/bin/python3: one stamp.
+    real = os.path.realpath(python)
+    parts = [real, ",".join(sorted(spec.packages))]
+    for d in [real, *_site_dirs(python)]:
         try:
             st = os.stat(d)
             parts.append(f"{d}:{st.st_mtime_ns}:{st.st_ino}")
