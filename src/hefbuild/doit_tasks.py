@@ -19,7 +19,7 @@ from doit.exceptions import TaskFailed
 from doit.reporter import ConsoleReporter
 
 from .errors import HefbuildError
-from .events import Outcome, peak_rss_mb
+from .events import Outcome, peak_rss_mb, read_json
 from .lock import ProjectLock
 from .plan import Action, artifact_task, plan_model, rule_code_files, task_name
 from .project import STATE_DIR, Project, load_project
@@ -175,6 +175,25 @@ class HefbuildReporter(ConsoleReporter):
             decision, seconds = checked
             engine.events.append(task.name, decision.key.hex, Outcome.UPTODATE, seconds,
                                  peak_rss_mb())
+        self._verdict(task)
+
+    def add_success(self, task: Any) -> None:
+        super().add_success(task)
+        self._verdict(task)
+
+    def _verdict(self, task: Any) -> None:
+        """A check's result is what the user came for: say it, whatever ran or not."""
+        if not task.name.startswith("verify:"):
+            return
+        model = task.name.split(":", 1)[1]
+        report = read_json(Path(self.root) / "build" / model / "verify" / "report.json")
+        if report is None:
+            return
+        verdict = "passed" if report.get("passed") else "FAILED"
+        self.write(f"   {task.name}: {verdict}, mean token agreement "
+                   f"{report.get('mean_agreement', 0):.2f} over {len(report.get('prompts', []))}"
+                   f" prompts (minimum {report.get('min_token_agreement')}); "
+                   f"build/{model}/verify/report.json\n")
 
     def add_failure(self, task: Any, fail: Any) -> None:
         if isinstance(fail, TaskFailed) and not fail.traceback:
