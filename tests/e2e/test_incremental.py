@@ -179,3 +179,15 @@ def test_manifest_and_log_record_what_happened(project: Project):
     assert (project.root / "build/tiny-llama/quantize/log.txt").stat().st_size > 0
     text = (project.root / "build/tiny-llama/quantize/manifest.json").read_text()
     assert str(project.root) not in text and str(project.store) not in text
+
+
+def test_tiny_qwen2_builds_and_passes_its_check(project: Project):
+    run = project.doit("verify:tiny-qwen2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.outcomes() == {t: "built" for t in tiny_tasks("tiny-qwen2")}
+    assert "verify:tiny-qwen2: passed" in run.stdout
+    import json
+
+    report = json.loads((project.root / "build/tiny-qwen2/verify/report.json").read_text())
+    assert report["passed"] and report["mean_agreement"] >= 0.5
+    assert_consistent(project, "tiny-qwen2")

@@ -75,3 +75,29 @@ def test_each_stage_dir_holds_only_outputs_manifest_and_log(built, root):
         assert names == declared | {"manifest.json", "log.txt"}, task
     leftovers = [p.name for p in (root / "build" / MODEL).iterdir() if p.name.startswith(".")]
     assert leftovers == []
+
+
+def test_store_on_another_filesystem_materializes_read_only_copies(root, fake, tmp_path):
+    import os
+
+    import pytest
+
+    from hefbuild.engine import Engine
+    from hefbuild.project import load_project
+
+    other = tmp_path / "store"
+    other.mkdir()
+    if os.stat(other).st_dev == os.stat(root).st_dev:
+        pytest.skip("no second filesystem here (the project is not on tmpfs)")
+    engine = Engine(load_project(root, store=other), executor=fake)
+    assert run_all(engine) == ["built"] * 5
+    out = root / "build" / MODEL / "compile" / "model.opt.onnx"
+    assert out.stat().st_nlink == 1  # a copy, not a link across devices
+    assert stat.S_IMODE(out.stat().st_mode) == 0o444
+    manifest = json.loads((out.parent / "manifest.json").read_text())
+    assert manifest["outputs"]["model.opt.onnx"]["digest"] == sha256_file(out).hex
+    import shutil
+
+    shutil.rmtree(root / "build")
+    again = Engine(load_project(root, store=other), executor=fake)
+    assert run_all(again) == ["restored"] * 5
