@@ -57,6 +57,19 @@ def lock_hub_model(root: str, model: str) -> dict[str, Any] | TaskFailed:
         return TaskFailed(str(exc))
 
 
+def save_placement(root: str, model: str) -> dict[str, Any] | TaskFailed:
+    """Copy the last compile's `.auto.alls` to placements/, where `replay_placement` reads it."""
+    src = Path(root) / "build" / model / "compile" / "model.auto.alls"
+    dest = Path(root) / "placements" / f"{model}.auto.alls"
+    if not src.is_file():
+        return TaskFailed(f"placement:{model}: no compile result in build/{model}/compile/")
+    dest.parent.mkdir(exist_ok=True)
+    tmp = dest.with_suffix(".tmp")
+    tmp.write_bytes(src.read_bytes())
+    tmp.replace(dest)
+    return {"placement": f"placements/{model}.auto.alls"}
+
+
 def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:
     """DOIT_CONFIG and the task creator for the project at `root`; exits on bad input."""
     try:
@@ -90,6 +103,12 @@ def _task_dicts(project: Project) -> Iterator[dict]:
             yield {"basename": "hef", "name": model.name, "actions": None,
                    "task_dep": [artifact_task(model)],
                    "doc": f"the HEF of {model.name} (build/{model.name}/compile/model.hef)"}
+        if model.target == "hailo10h":
+            yield {"basename": "placement", "name": model.name,
+                   "actions": [(save_placement, [root, model.name])],
+                   "task_dep": [artifact_task(model)], "uptodate": [False],
+                   "doc": f"keep the compiler's placement of {model.name} for replay "
+                          f"(placements/{model.name}.auto.alls)"}
         if model.source.hub:
             yield {"basename": "lock", "name": model.name,
                    "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],

@@ -24,6 +24,9 @@ class ParamDef:
     required: bool = False
     minimum: float | None = None
     maximum: float | None = None
+    # The name of a BOOL parameter that switches this one on; while it is false this one
+    # is dropped entirely (not checked, not in the key).
+    when: str | None = None
 
 
 def check_value(value: Any, pdef: ParamDef) -> str | None:

@@ -67,37 +67,54 @@ CPU_ORT = (
 )
 
 # Sizes that are known to work on the Hailo-10H (HAILO-PIPELINE.md).
-_HAILO_SIZES = {
-    "seq_len": ParamDef(T.INT, 128, minimum=1),
-    "prefill_size": ParamDef(T.INT, 32, minimum=1),
-    "cache_size": ParamDef(T.INT, 128, minimum=1),
-}
+_DFC = "hailo-dfc-5.3.0"
+_RECIPES = "rules/hailo/recipes"
 
 HAILO10H = (
     _FETCH,
     StageDef(
         "export", "hailo/export.py", ("fetch",),
-        ("model.onnx", "hf_reference.npz", "tokenizer/", "run_config.json"),
-        {**_HAILO_SIZES, "cosine_min": ParamDef(T.FLOAT, 0.999, minimum=-1.0)},
-    ),
-    StageDef("parse", "hailo/parse.py", ("export",), ("parsed.har",),
-             toolchain="hailo-dfc-5.3.0"),
-    StageDef("resources", "hailo/resources.py", ("export", "parse"),
-             ("resources.har", "hailo-config.json"), toolchain="hailo-dfc-5.3.0"),
-    StageDef(
-        "optimize", "hailo/optimize.py", ("export", "resources"), ("quantized.har",),
+        ("model.onnx", "hf_reference.npz", "tokenizer/", "run_config.json",
+         "export_report.json"),
         {
+            "seq_len": ParamDef(T.INT, 128, minimum=8),
+            "prefill_size": ParamDef(T.INT, 32, minimum=1),
+            "cache_size": ParamDef(T.INT, 128, minimum=8),
+            "shard_vocab": ParamDef(T.INT, 32000, minimum=256),
+            "scope": ParamDef(T.STR, "model"),
+            "reference_text": ParamDef(T.STR, "Once upon a time there was a little robot who"),
+            "cosine_min": ParamDef(T.FLOAT, 0.999, minimum=-1.0, maximum=1.0),
+        },
+    ),
+    StageDef("parse", "hailo/parse.py", ("export",), ("parsed.har",), toolchain=_DFC),
+    StageDef("resources", "hailo/resources.py", ("export", "parse"),
+             ("resources.har", "hailo-config.json"), toolchain=_DFC),
+    StageDef(
+        "optimize", "hailo/optimize.py", ("export", "resources"),
+        ("quantized.har", "model_script.alls"),
+        {
+            "recipe": ParamDef(T.FILE, f"{_RECIPES}/optimize.alls"),
             "calibration": ParamDef(T.FILE, "data/calibration/tiny-stories.txt"),
             "calibration_size": ParamDef(T.INT, 32, minimum=1),
+            "calibration_seed": ParamDef(T.INT, 0),
             "optimization_level": ParamDef(T.INT, 0, minimum=0, maximum=4),
+            "compression_level": ParamDef(T.INT, 4, minimum=0, maximum=5),
             "accept_reduced_optimization": ParamDef(T.BOOL, False),
         },
-        toolchain="hailo-dfc-5.3.0",
+        toolchain=_DFC,
     ),
     StageDef(
-        "compile", "hailo/compile.py", ("export", "optimize"), ("model.hef", "compiled.har"),
-        {"auto_spatial_reshapes": ParamDef(T.BOOL, False)},
-        toolchain="hailo-dfc-5.3.0",
+        "compile", "hailo/compile.py", ("export", "optimize"),
+        ("model.hef", "compiled.har", "model.auto.alls", "compile_script.alls"),
+        {
+            "compile_script": ParamDef(T.FILE, f"{_RECIPES}/compile.alls"),
+            "compiler_optimization_level": ParamDef(T.INT, 0, minimum=0, maximum=2),
+            "auto_spatial_reshapes": ParamDef(T.BOOL, False),
+            "replay_placement": ParamDef(T.BOOL, False),
+            "placement": ParamDef(T.FILE, "placements/{model}.auto.alls",
+                                  when="replay_placement"),
+        },
+        toolchain=_DFC,
     ),
     StageDef("verify", "hailo/verify.py", ("export", "compile"), ("report.json",),
              dict(_VERIFY_PARAMS), toolchain="hailort-5.3.0"),

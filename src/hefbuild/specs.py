@@ -35,6 +35,9 @@ SYNTHETIC_KEYS: dict[str, ParamDef] = {
     "num_key_value_heads": ParamDef(T.INT, 2, minimum=1),
     "head_dim": ParamDef(T.INT, minimum=1),
     "vocab_size": ParamDef(T.INT, 384, minimum=300),
+    # Rows of the embedding / lm_head when larger than the tokenizer (a >32000 vocabulary
+    # exercises the Hailo lm_head split without a huge tokenizer).
+    "model_vocab_size": ParamDef(T.INT, minimum=300),
     "max_position_embeddings": ParamDef(T.INT, 256, minimum=16),
     "rope_theta": ParamDef(T.FLOAT, minimum=1.0),
     "tie_word_embeddings": ParamDef(T.BOOL),
@@ -110,9 +113,13 @@ def _only_keys(table: dict[str, Any], allowed: set[str] | dict, shown: str, path
 
 
 def check_params(
-    table: dict[str, Any], schema: dict[str, ParamDef], shown: str, path: str, root: Path
+    table: dict[str, Any], schema: dict[str, ParamDef], shown: str, path: str, root: Path,
+    model: str = "",
 ) -> dict[str, Any]:
-    """Validate `table` against `schema`; return it with defaults filled in."""
+    """Validate `table` against `schema`; return it with defaults filled in.
+
+    A FILE default may name the model as `{model}` (e.g. `placements/{model}.auto.alls`).
+    """
     _only_keys(table, schema, shown, path)
     resolved: dict[str, Any] = {}
     for key, pdef in schema.items():
@@ -120,12 +127,16 @@ def check_params(
             if pdef.required:
                 raise SpecError(shown, f"{path}.{key}", f"required: {pdef.type.value}")
             if pdef.default is not None:
-                resolved[key] = pdef.default
+                default = pdef.default
+                resolved[key] = default.format(model=model) if pdef.type is T.FILE else default
             continue
         problem = check_value(table[key], pdef)
         if problem:
             raise SpecError(shown, f"{path}.{key}", f"expected {problem}")
         resolved[key] = normalize(table[key], pdef)
+    for key, pdef in schema.items():
+        if pdef.when is not None and not resolved.get(pdef.when):
+            resolved.pop(key, None)
     for key, pdef in schema.items():
         if pdef.type is T.FILE and key in resolved:
             _check_project_file(resolved[key], root, shown, f"{path}.{key}")
@@ -155,7 +166,7 @@ def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
     source = _load_source(_table(doc, "source", shown, "source"), shown, root)
     stages, stage_tcs = _load_stages(_table(doc, "stages", shown, "stages"), target,
                                      toolchain if "toolchain" in model else None,
-                                     toolchains, shown, root)
+                                     toolchains, shown, root, path.stem)
     return ModelSpec(path.stem, shown, target, toolchain, source, stages, stage_tcs,
                      str(model.get("description", "")))
 
@@ -191,7 +202,7 @@ def _load_source(table: dict[str, Any], shown: str, root: Path) -> SourceSpec:
 
 def _load_stages(
     table: dict[str, Any], target: str, model_tc: str | None, toolchains: set[str],
-    shown: str, root: Path,
+    shown: str, root: Path, model: str,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     defs = stage_defs(target)
     _only_keys(table, defs, shown, "stages")
@@ -199,7 +210,7 @@ def _load_stages(
     for name, sdef in defs.items():
         given = _table(table, name, shown, f"stages.{name}")
         schema = {**sdef.params, **COMMON_STAGE_KEYS}
-        resolved = check_params(given, schema, shown, f"stages.{name}", root)
+        resolved = check_params(given, schema, shown, f"stages.{name}", root, model)
         tc = resolved.pop("toolchain") if "toolchain" in resolved else model_tc or sdef.toolchain
         stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"stages.{name}.toolchain")
         stages[name] = resolved

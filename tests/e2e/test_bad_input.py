@@ -38,6 +38,10 @@ CASES = [
      " does not exist"),
     ("models/tiny-llama.toml", "min_token_agreement = 0.5", "min_token_agreement = 1.5",
      "models/tiny-llama.toml: stages.verify.min_token_agreement: expected a number <= 1.0"),
+    ("models/smollm2.toml", "[stages.optimize]",
+     '[stages.optimize]\nrecipe = "rules/hailo/recipes/missing.alls"',
+     "models/smollm2.toml: stages.optimize.recipe: file 'rules/hailo/recipes/missing.alls'"
+     " does not exist"),
     ("toolchain/host.toml", 'kind = "host"', 'kind = "vm"',
      "toolchain/host.toml: toolchain.kind: one of"),
 ]

@@ -86,6 +86,10 @@ def test_model_and_stage_toolchains(model, proj):
 def test_hailo_stages_default_to_their_toolchain(model, proj):
     for name in ("hailo-dfc-5.3.0", "hailort-5.3.0"):
         (proj / "toolchain" / f"{name}.toml").write_text('[toolchain]\nkind = "host"\n')
+    recipes = proj / "rules" / "hailo" / "recipes"
+    recipes.mkdir(parents=True)
+    for name in ("optimize.alls", "compile.alls"):
+        (recipes / name).write_text("# recipe\n")
     m = model(SYNTHETIC.replace("cpu-ort", "hailo10h"))
     assert m.stage_toolchains["export"] == "host"
     assert m.stage_toolchains["optimize"] == "hailo-dfc-5.3.0"
