@@ -34,7 +34,12 @@ def project_at(root: str) -> Project:
 def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `list` fast
     from .engine import Engine
 
-    return Engine(project_at(root))
+    return Engine(project_at(root), progress=_to_terminal)
+
+
+def _to_terminal(line: str) -> None:
+    """Heartbeats reach the person at the terminal at once (doit buffers task stdout)."""
+    print(line, file=sys.__stderr__, flush=True)
 
 
 def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:

@@ -10,31 +10,28 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import HefbuildError, MissingOutput, RuleFailed, SpecError, StageError
 from .events import EventLog, Outcome, peak_rss_mb, read_json
-from .executors import ExecRequest, Executor, HostExecutor
+from .executors import ExecResult, Executor, HostExecutor, Limits, StageRun, Watch
+from .executors.host import log_tail
+from .executors.watch import MIB
 from .key import ActionKey, describe
 from .plan import Action, plan_project, rule_code_files
 from .project import Project
+from .specs import ToolchainSpec
 from .statcache import StatCache
 from .store import Record, Store
 from .toolchain import ToolchainResolver, interpreter_path
 
 MANIFEST = "manifest.json"
+DEFAULT_TIMEOUT_S = 48 * 3600.0  # a 30-layer compile takes 4.5 h; this catches true hangs
 LOG = "log.txt"
 
-# Host variables a rule may need that cannot change its bytes; never part of a key.
-PASSTHROUGH_ENV = (
-    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ",
-    "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE",
-    "HF_HUB_CACHE", "HF_HUB_DISABLE_XET", "HF_HUB_DISABLE_TELEMETRY",
-    "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-)
 
 
 @dataclass(frozen=True)
@@ -45,14 +42,19 @@ class Decision:
 
 
 class Engine:
-    def __init__(self, project: Project, executor: Executor | None = None) -> None:
+    def __init__(self, project: Project, executor: Executor | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
         self.project = project
         self.paths = project.paths
         self.actions = plan_project(project)
         self.stats = StatCache(self.paths.state / "digests.sqlite3")
         self.store = Store(self.paths.store, self.stats)
-        self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json")
-        self.executor = executor or HostExecutor()
+        self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json",
+                                            self.paths.toolchains)
+        # One executor per toolchain kind; a given executor (tests) serves every kind.
+        self._executors: dict[str, Executor] = (
+            {"host": executor, "docker": executor} if executor else {"host": HostExecutor()})
+        self.progress = progress
         self.events = EventLog(self.paths.build / "events.jsonl")
         self._rule_files: dict[str, list[Path]] = {}  # rule -> its code files, per invocation
         self.last_check: dict[str, tuple[Decision, float]] = {}  # for uptodate events
@@ -73,6 +75,7 @@ class Engine:
             source=action.source,
             toolchain=self.toolchains.identity(tc),
             env=tc.env,
+            gpu=action.limits.gpu,
         ))
 
     def _check_pinned(self, action: Action) -> None:
@@ -187,45 +190,55 @@ class Engine:
         tc = self.project.toolchains[action.toolchain]
         self.toolchains.check(tc)
         with self.store.scratch() as scratch:
-            request = self._request(action, scratch)
-            result = self.executor.run(request)
-            if result.returncode != 0:
-                self._keep_failed_log(action, request.log_path)
-                raise RuleFailed(_failure_message(action, result, request.log_path))
-            outputs = self._collect_outputs(action, scratch / "out")
+            stage = self._stage_run(action, key, scratch)
+            result = self._executor(tc.kind).run_stage(stage)
+            if result.returncode != 0 or result.killed_for:
+                self._keep_failed_log(action, stage.log_path)
+                raise RuleFailed(_failure_message(action, stage, result))
+            outputs = self._collect_outputs(action, stage.out)
             stored = {rel: self.store.put_file(path) for rel, path in outputs.items()}
-            log = self.store.put_file(request.log_path)
+            log = self.store.put_file(stage.log_path)
             record = Record(key.hex, action.stage, stored, log.digest,
                             key.description["toolchain"], round(result.seconds, 3),
-                            round(result.peak_rss_mb, 1), key.description)
+                            round(result.peak_rss_mb, 1), key.description,
+                            round(result.cpu_seconds, 2))
             self.store.put_record(record)
         return record
 
-    def _request(self, action: Action, scratch: Path) -> ExecRequest:
-        (scratch / "out").mkdir()
-        (scratch / "work").mkdir()
-        action_file = scratch / "action.json"
-        action_file.write_text(json.dumps(self._action_json(action, scratch), indent=1))
+    def _stage_run(self, action: Action, key: ActionKey, scratch: Path) -> StageRun:
+        for sub in ("out", "work"):
+            (scratch / sub).mkdir()
         tc = self.project.toolchains[action.toolchain]
-        argv = [interpreter_path(tc), str(self.paths.rules / action.rule), str(action_file)]
-        return ExecRequest(argv, scratch / "work", self._rule_env(tc.env), scratch / "log.txt")
+        return StageRun(
+            task=action.task, interpreter=interpreter_path(tc), rules_dir=self.paths.rules,
+            rule=action.rule,
+            action={"model": action.model, "stage": action.stage, "target": action.target,
+                    "params": action.params, "source": action.source,
+                    "outputs": list(action.outputs)},
+            inputs={up: self.paths.root / f"build/{action.model}/{up}" for up in action.upstream},
+            files={k: self.paths.root / v for k, v in action.file_params.items()},
+            scratch=scratch, env=dict(tc.env), limits=stage_limits(action, tc),
+            watch=self._watch(action, key, scratch / "log.txt"),
+        )
 
-    def _action_json(self, action: Action, scratch: Path) -> dict[str, Any]:
-        return {
-            "format": 1, "model": action.model, "stage": action.stage, "target": action.target,
-            "params": action.params, "source": action.source,
-            "inputs": {up: str(self.paths.root / f"build/{action.model}/{up}")
-                       for up in action.upstream},
-            "files": {k: str(self.paths.root / v) for k, v in action.file_params.items()},
-            "out": str(scratch / "out"), "outputs": list(action.outputs),
-        }
+    def _watch(self, action: Action, key: ActionKey, log_path: Path) -> Watch:
+        def emit(beat: dict[str, Any]) -> None:
+            line = f"[hefbuild] {action.task}: {beat['message']}"
+            with open(log_path, "a") as log:
+                log.write(line + "\n")
+            self.events.heartbeat(action.task, key.hex, beat)
+            if self.progress is not None:
+                self.progress(line)
 
-    def _rule_env(self, declared: dict[str, str]) -> dict[str, str]:
-        env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-        env.update(declared)
-        env["PYTHONPATH"] = str(self.paths.rules)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"  # rules/ may be mounted read-only
-        return env
+        return Watch(_env_seconds("HEFBUILD_HEARTBEAT_S", 60.0),
+                     _env_seconds("HEFBUILD_SILENCE_S", 900.0), emit)
+
+    def _executor(self, kind: str) -> Executor:
+        if kind not in self._executors:
+            from .executors.docker import DockerExecutor  # the docker SDK only when needed
+
+            self._executors[kind] = DockerExecutor()
+        return self._executors[kind]
 
     def _collect_outputs(self, action: Action, out: Path) -> dict[str, Path]:
         found: dict[str, Path] = {}
@@ -274,6 +287,7 @@ def _manifest(action: Action, key: ActionKey, record: Record, outcome: Outcome,
         "task": action.task, "model": action.model, "key": key.hex,
         "outcome": outcome.value, "seconds": round(seconds, 3),
         "build_seconds": record.seconds, "peak_rss_mb": record.peak_rss_mb,
+        "cpu_seconds": record.cpu_seconds,
         "outputs": {rel: {"digest": o.digest, "size": o.size}
                     for rel, o in sorted(record.outputs.items())},
         "description": key.description,
@@ -306,21 +320,45 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _failure_message(action: Action, result: Any, log_path: Path) -> str:
+def _failure_message(action: Action, stage: StageRun, result: ExecResult) -> str:
     rel_log = f"build/{action.model}/{action.stage}.failed.log"
-    if result.timed_out:
-        return f"{action.task}: killed after the {result.seconds:.0f} s timeout; log: {rel_log}"
-    last = _last_line(log_path)
-    return f"{action.task}: rules/{action.rule} failed (exit {result.returncode}): {last}; " \
-           f"log: {rel_log}"
+    where = f"[stages.{action.stage}] of models/{action.model}.toml or [limits] of " \
+            f"toolchain/{action.toolchain}.toml"
+    if result.killed_for == "timeout":
+        return (f"{action.task}: killed at its timeout of {_human_s(stage.limits.timeout_s)} "
+                f"(peak memory {result.peak_rss_mb:.0f} MiB); raise `timeout` in {where}; "
+                f"log: {rel_log}")
+    if result.killed_for == "memory":
+        cap = (stage.limits.memory_bytes or 0) / MIB
+        return (f"{action.task}: killed at its memory cap of {cap:.0f} MiB (peak "
+                f"{result.peak_rss_mb:.0f} MiB); raise `memory` in {where}; log: {rel_log}")
+    return (f"{action.task}: rules/{action.rule} failed (exit {result.returncode}): "
+            f"{log_tail(stage.log_path)}; log: {rel_log}")
 
 
-def _last_line(path: Path) -> str:
+def _human_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "none"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _env_seconds(name: str, default: float) -> float:
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 4096))
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
-    except OSError:
-        return "(no log)"
-    lines = [ln for ln in lines if ln]
-    return lines[-1][:300] if lines else "(no output)"
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def stage_limits(action: Action, tc: ToolchainSpec) -> Limits:
+    """The model's limits for this stage, else the toolchain's, else the defaults."""
+    declared = tc.limits
+    timeout = action.limits.timeout_s or declared.get("timeout") or DEFAULT_TIMEOUT_S
+    memory = action.limits.memory_bytes or declared.get("memory") or default_memory_cap()
+    return Limits(timeout_s=timeout, memory_bytes=memory, cpus=declared.get("cpus"),
+                  gpu=action.limits.gpu)
+
+
+def default_memory_cap() -> int:
+    """90 % of physical memory: a runaway compiler pass fails instead of taking the host."""
+    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return int(pages * size * 0.9)

@@ -24,13 +24,19 @@ class EventLog:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    def heartbeat(self, task: str, key: str, beat: dict[str, Any]) -> None:
+        """A line for a running stage (it has no `outcome`: the task is not over)."""
+        self._write({"task": task, "key": key, "heartbeat": beat, "time": _now()})
+
     def append(self, task: str, key: str | None, outcome: Outcome, seconds: float,
                peak_rss_mb: float, **extra: Any) -> None:
-        line = {
+        self._write({
             "task": task, "key": key, "outcome": outcome.value,
             "seconds": round(seconds, 4), "peak_rss_mb": round(peak_rss_mb, 1),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra,
-        }
+            "time": _now(), **extra,
+        })
+
+    def _write(self, line: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = (json.dumps(line, sort_keys=True) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -38,6 +44,10 @@ class EventLog:
             os.write(fd, data)
         finally:
             os.close(fd)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

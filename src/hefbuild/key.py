@@ -4,11 +4,12 @@ The description holds: the key format version; the stage and its declared output
 rule's code (the rule file and each `rules/common` module it imports, by digest); the
 content digest of every input (each upstream output file, each declared file parameter);
 the resolved parameters; the source (fetch only); the toolchain identity; the toolchain's
-declared environment.
+declared environment; whether the stage gets a GPU (a CPU-only optimize differs).
 
 Deliberately not part of it: absolute paths, the model's name (two models that agree on
 all of the above share results), timestamps, host and user names, and every environment
-variable passed through untouched (HF_TOKEN, proxies, HOME): they cannot change bytes.
+variable passed through untouched (HF_TOKEN, proxies, HOME), and a stage's timeout and
+memory cap: they decide whether a stage finishes, never what it makes.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def describe(
     source: dict[str, Any] | None,
     toolchain: dict[str, Any],
     env: dict[str, str],
+    gpu: bool = False,
 ) -> dict[str, Any]:
     """The canonical description; every argument is already plain JSON data."""
     description = {
@@ -58,6 +60,7 @@ def describe(
         "params": dict(params),
         "toolchain": dict(toolchain),
         "env": dict(env),
+        "gpu": gpu,
     }
     if source is not None:
         description["source"] = source

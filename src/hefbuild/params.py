@@ -14,6 +14,8 @@ class ParamType(Enum):
     STR = "a string"
     STR_LIST = "a list of strings"
     FILE = "a project-relative file path"  # its content digest enters the key
+    DURATION = "a duration like \"90s\", \"15m\", \"6h\" (or seconds)"
+    SIZE = "a size like \"512m\", \"24g\" (or bytes)"
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ def _type_error(value: Any, ptype: ParamType) -> str | None:
         ParamType.STR: isinstance(value, str),
         ParamType.FILE: isinstance(value, str) and value != "",
         ParamType.STR_LIST: isinstance(value, list) and all(isinstance(v, str) for v in value),
+        ParamType.DURATION: _parses(parse_duration, value),
+        ParamType.SIZE: _parses(parse_size, value),
     }[ptype]
     return None if ok else f"{ptype.value}, got {_describe(value)}"
 
@@ -60,7 +64,46 @@ def _describe(value: Any) -> str:
 
 
 def normalize(value: Any, pdef: ParamDef) -> Any:
-    """One spelling per value in keys: a FLOAT given as `1` is the same as `1.0`."""
+    """One spelling per value: a FLOAT given as `1` is `1.0`; durations in seconds and
+    sizes in bytes."""
     if pdef.type is ParamType.FLOAT:
         return float(value)
+    if pdef.type is ParamType.DURATION:
+        return parse_duration(value)
+    if pdef.type is ParamType.SIZE:
+        return parse_size(value)
     return value
+
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_UNITS_B = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_duration(value: Any) -> float:
+    return _with_unit(value, _UNITS_S, float)
+
+
+def parse_size(value: Any) -> int:
+    return int(_with_unit(value, _UNITS_B, int))
+
+
+def _with_unit(value: Any, units: dict[str, int], number: type) -> float:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, (int, float)):
+        result = float(value)
+    else:
+        text = str(value).strip().lower().removesuffix("b").removesuffix("i")
+        unit = units.get(text[-1:])
+        result = float(text[:-1]) * unit if unit else float(text)
+    if result <= 0:
+        raise ValueError(value)
+    return number(result) if number is int else result
+
+
+def _parses(parse: Any, value: Any) -> bool:
+    try:
+        parse(value)
+    except (ValueError, TypeError):
+        return False
+    return True

@@ -22,10 +22,18 @@ class StageDef:
     outputs: tuple[str, ...]
     params: dict[str, ParamDef] = field(default_factory=dict)
     toolchain: str = "host"
+    gpu: bool = False  # wants a GPU (optimize); a model may say otherwise
 
 
-# Keys every [stages.<stage>] table accepts besides the stage's own parameters.
-COMMON_STAGE_KEYS = {"toolchain": ParamDef(T.STR)}
+# Keys every [stages.<stage>] table accepts besides the stage's own parameters: where it
+# runs and under which limits. `timeout` and `memory` never enter a key (they decide
+# whether a stage finishes, not what it makes); `gpu` does (a CPU-only optimize differs).
+COMMON_STAGE_KEYS = {
+    "toolchain": ParamDef(T.STR),
+    "timeout": ParamDef(T.DURATION),
+    "memory": ParamDef(T.SIZE),
+    "gpu": ParamDef(T.BOOL),
+}
 
 _FETCH = StageDef("fetch", "fetch.py", (), ("checkpoint/",))
 
@@ -101,7 +109,7 @@ HAILO10H = (
             "compression_level": ParamDef(T.INT, 4, minimum=0, maximum=5),
             "accept_reduced_optimization": ParamDef(T.BOOL, False),
         },
-        toolchain=_DFC,
+        toolchain=_DFC, gpu=True,
     ),
     StageDef(
         "compile", "hailo/compile.py", ("export", "optimize"),

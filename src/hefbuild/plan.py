@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .params import ParamType
 from .pipelines import ARTIFACT_STAGE, PIPELINES
 from .project import Project
-from .specs import ModelSpec
+from .specs import ModelSpec, StageLimits
 
 if TYPE_CHECKING:
     import ast
@@ -31,6 +31,7 @@ class Action:
     file_params: dict[str, str]  # param name -> project-relative path
     source: dict[str, Any] | None  # only fetch sees the source; others see its outputs
     toolchain: str
+    limits: StageLimits = StageLimits()
 
     @property
     def task(self) -> str:
@@ -57,6 +58,7 @@ def plan_model(model: ModelSpec) -> list[Action]:
         actions.append(Action(
             model.name, sdef.name, model.target, sdef.rule, sdef.inputs, sdef.outputs,
             params, files, source, model.stage_toolchains[sdef.name],
+            model.stage_limits.get(sdef.name, StageLimits(gpu=sdef.gpu)),
         ))
     return actions
 

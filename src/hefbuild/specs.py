@@ -65,6 +65,15 @@ class SourceSpec:
 
 
 @dataclass(frozen=True)
+class StageLimits:
+    """Where a stage runs and under which limits (from the model, else the toolchain)."""
+
+    timeout_s: float | None = None
+    memory_bytes: int | None = None
+    gpu: bool = False
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     file: str  # project-relative, for error lines
@@ -74,6 +83,7 @@ class ModelSpec:
     stages: dict[str, dict[str, Any]]  # stage -> resolved params (defaults applied)
     stage_toolchains: dict[str, str]
     description: str = ""
+    stage_limits: dict[str, StageLimits] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,16 @@ class ToolchainSpec:
     packages: dict[str, str] = field(default_factory=dict)  # distribution -> required version
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)  # timeout (s), memory (bytes), cpus
+    image: dict[str, Any] = field(default_factory=dict)  # docker: context, tag, reference
+    wheels: dict[str, str] = field(default_factory=dict)  # docker: file -> sha256
+
+
+LIMIT_KEYS = {
+    "timeout": ParamDef(T.DURATION),
+    "memory": ParamDef(T.SIZE),
+    "cpus": ParamDef(T.FLOAT, minimum=0.01),
+}
 
 
 def read_toml(path: Path, shown: str) -> dict[str, Any]:
@@ -164,11 +184,11 @@ def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
     toolchain = _toolchain_name(model.get("toolchain", "host"), toolchains, shown,
                                 "model.toolchain")
     source = _load_source(_table(doc, "source", shown, "source"), shown, root)
-    stages, stage_tcs = _load_stages(_table(doc, "stages", shown, "stages"), target,
-                                     toolchain if "toolchain" in model else None,
-                                     toolchains, shown, root, path.stem)
+    stages, stage_tcs, limits = _load_stages(_table(doc, "stages", shown, "stages"), target,
+                                             toolchain if "toolchain" in model else None,
+                                             toolchains, shown, root, path.stem)
     return ModelSpec(path.stem, shown, target, toolchain, source, stages, stage_tcs,
-                     str(model.get("description", "")))
+                     str(model.get("description", "")), limits)
 
 
 def _toolchain_name(value: Any, known: set[str], shown: str, key: str) -> str:
@@ -203,39 +223,65 @@ def _load_source(table: dict[str, Any], shown: str, root: Path) -> SourceSpec:
 def _load_stages(
     table: dict[str, Any], target: str, model_tc: str | None, toolchains: set[str],
     shown: str, root: Path, model: str,
-) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, StageLimits]]:
     defs = stage_defs(target)
     _only_keys(table, defs, shown, "stages")
-    stages, stage_tcs = {}, {}
+    stages, stage_tcs, limits = {}, {}, {}
     for name, sdef in defs.items():
         given = _table(table, name, shown, f"stages.{name}")
         schema = {**sdef.params, **COMMON_STAGE_KEYS}
         resolved = check_params(given, schema, shown, f"stages.{name}", root, model)
         tc = resolved.pop("toolchain") if "toolchain" in resolved else model_tc or sdef.toolchain
         stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"stages.{name}.toolchain")
+        limits[name] = StageLimits(resolved.pop("timeout", None), resolved.pop("memory", None),
+                                   resolved.pop("gpu", sdef.gpu))
         stages[name] = resolved
-    return stages, stage_tcs
+    return stages, stage_tcs, limits
 
 
-TOOLCHAIN_KINDS = ("host",)
+TOOLCHAIN_KINDS = ("host", "docker")
+_TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description"},
+                   "docker": {"kind", "interpreter", "description", "context", "tag", "image"}}
 
 
 def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
     shown = path.relative_to(root).as_posix()
     doc = read_toml(path, shown)
-    _only_keys(doc, {"toolchain", "packages", "env"}, shown, "")
+    _only_keys(doc, {"toolchain", "packages", "env", "limits", "wheels"}, shown, "")
     tc = _table(doc, "toolchain", shown, "toolchain")
-    _only_keys(tc, {"kind", "interpreter", "description"}, shown, "toolchain")
     kind = tc.get("kind")
     if kind not in TOOLCHAIN_KINDS:
         raise SpecError(shown, "toolchain.kind", "one of " + ", ".join(TOOLCHAIN_KINDS))
-    interpreter = tc.get("interpreter", "current")
+    _only_keys(tc, _TOOLCHAIN_KEYS[kind], shown, "toolchain")
+    interpreter = tc.get("interpreter", "current" if kind == "host" else "python3")
     if not isinstance(interpreter, str) or not interpreter:
         raise SpecError(shown, "toolchain.interpreter", "'current' or a path to a python")
-    packages = _str_table(doc, "packages", shown)
-    env = _str_table(doc, "env", shown)
-    return ToolchainSpec(path.stem, shown, kind, interpreter, packages, env,
-                         str(tc.get("description", "")))
+    limits = check_params(_table(doc, "limits", shown, "limits"), LIMIT_KEYS, shown, "limits",
+                          root)
+    image = _docker_image(tc, shown, root, path.stem) if kind == "docker" else {}
+    wheels = _str_table(doc, "wheels", shown)
+    for name, sha in wheels.items():
+        if not SHA256_RE.match(sha):
+            raise SpecError(shown, f"wheels.{name}", "a sha256 hex digest of the wheel")
+    return ToolchainSpec(path.stem, shown, kind, interpreter, _str_table(doc, "packages", shown),
+                         _str_table(doc, "env", shown), str(tc.get("description", "")),
+                         limits, image, wheels)
+
+
+def _docker_image(tc: dict[str, Any], shown: str, root: Path, name: str) -> dict[str, Any]:
+    """Either a build context under images/ (built by `doit image:<name>`), or a reference."""
+    context, reference = tc.get("context"), tc.get("image")
+    if (context is None) == (reference is None):
+        raise SpecError(shown, "toolchain.context",
+                        "either context (a folder under images/) or image (a reference)")
+    if context is not None:
+        if not isinstance(context, str) or not (root / context / "Dockerfile").is_file():
+            raise SpecError(shown, "toolchain.context",
+                            f"a folder holding a Dockerfile, got {context!r}")
+        return {"context": context, "tag": str(tc.get("tag", f"hefbuild/{name}:local"))}
+    if not isinstance(reference, str) or not reference:
+        raise SpecError(shown, "toolchain.image", "an image reference (name@sha256:…)")
+    return {"reference": reference}
 
 
 def _str_table(doc: dict[str, Any], key: str, shown: str) -> dict[str, str]:

@@ -48,6 +48,7 @@ class Record:
     seconds: float
     peak_rss_mb: float
     description: dict[str, Any] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, indent=1)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import HefbuildError, ToolchainMismatch
+from .errors import HefbuildError, StageError, ToolchainMismatch
 from .specs import ToolchainSpec
 
 _PROBE = """
@@ -45,19 +45,31 @@ def interpreter_path(spec: ToolchainSpec) -> str:
 
 
 class ToolchainResolver:
-    """Identities of host toolchains, cached on disk across invocations."""
+    """Identities of toolchains: a host's cached on disk across invocations, a docker
+    toolchain's read from its committed lock file."""
 
-    def __init__(self, cache_file: Path) -> None:
+    def __init__(self, cache_file: Path, toolchain_dir: Path | None = None) -> None:
         self._cache_file = cache_file
+        self._toolchain_dir = toolchain_dir
         self._memo: dict[str, dict[str, Any]] = {}
 
     def identity(self, spec: ToolchainSpec) -> dict[str, Any]:
         if spec.name not in self._memo:
-            self._memo[spec.name] = self._cached_or_probe(spec)
+            self._memo[spec.name] = (self._docker_identity(spec) if spec.kind == "docker"
+                                     else self._cached_or_probe(spec))
         return self._memo[spec.name]
+
+    def _docker_identity(self, spec: ToolchainSpec) -> dict[str, Any]:
+        lock = read_image_lock(self._toolchain_dir, spec) if self._toolchain_dir else None
+        if lock is None:
+            raise StageError(f"{spec.file}: no pinned image (toolchain/{spec.name}.lock.json); "
+                             f"build and pin it with `doit image:{spec.name}`")
+        return {"kind": "docker", "image_id": lock["image_id"], "interpreter": spec.interpreter}
 
     def check(self, spec: ToolchainSpec) -> None:
         """Refuse to run a stage in an environment that lacks a pinned package version."""
+        if spec.kind == "docker":
+            return  # the image is pinned by ID; what it holds was checked when it was built
         installed = self.identity(spec)["packages"]
         for name, wanted in sorted(spec.packages.items()):
             have = installed.get(name)
@@ -90,6 +102,21 @@ class ToolchainResolver:
         tmp = self._cache_file.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(cache, sort_keys=True, indent=1))
         os.replace(tmp, self._cache_file)
+
+
+def image_lock_path(toolchain_dir: Path, spec: ToolchainSpec) -> Path:
+    return toolchain_dir / f"{spec.name}.lock.json"
+
+
+def read_image_lock(toolchain_dir: Path, spec: ToolchainSpec) -> dict[str, Any] | None:
+    try:
+        lock = json.loads(image_lock_path(toolchain_dir, spec).read_text())
+    except (OSError, ValueError):
+        return None
+    image_id = lock.get("image_id") if isinstance(lock, dict) else None
+    if not isinstance(image_id, str) or not image_id.startswith("sha256:"):
+        return None
+    return lock
 
 
 def _stamp(python: str, spec: ToolchainSpec) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hefbuild.digest import canonical_json
-from hefbuild.executors import ExecRequest, ExecResult
+from hefbuild.executors import ExecResult, StageRun
 
 SKIPPED_INPUTS = ("manifest.json", "log.txt")  # timings and logs never reach a rule's bytes
 
@@ -26,11 +26,11 @@ class FakeExecutor:
     omit: dict[str, str] = field(default_factory=dict)  # stage -> declared output left out
     interrupt: set[str] = field(default_factory=set)  # stages interrupted (Ctrl-C) mid-run
     ran: list[str] = field(default_factory=list)  # task names, in the order they ran
-    requests: list[ExecRequest] = field(default_factory=list)
+    requests: list[StageRun] = field(default_factory=list)
     actions: list[dict[str, Any]] = field(default_factory=list)  # each action.json, parsed
 
-    def run(self, request: ExecRequest) -> ExecResult:
-        action = json.loads(Path(request.argv[-1]).read_text())
+    def run_stage(self, request: StageRun) -> ExecResult:
+        action = json.loads(request.action_json(str))
         stage = action["stage"]
         self.ran.append(f"{stage}:{action['model']}")
         self.requests.append(request)

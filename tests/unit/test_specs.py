@@ -159,7 +159,16 @@ def test_missing_host_toolchain(load, proj):
 
 
 BAD_TOOLCHAINS = [
-    ('[toolchain]\nkind = "docker"\n', "toolchain/host.toml: toolchain.kind: one of host"),
+    ('[toolchain]\nkind = "vm"\n', "toolchain/host.toml: toolchain.kind: one of host, docker"),
+    ('[toolchain]\nkind = "docker"\n', "toolchain/host.toml: toolchain.context: either context"),
+    ('[toolchain]\nkind = "docker"\ncontext = "images/none"\n',
+     "toolchain/host.toml: toolchain.context: a folder holding a Dockerfile"),
+    ('[toolchain]\nkind = "host"\ncontext = "images/x"\n',
+     "toolchain/host.toml: toolchain.context: unknown key"),
+    ('[toolchain]\nkind = "host"\n[limits]\nmemory = "lots"\n',
+     "toolchain/host.toml: limits.memory: expected a size"),
+    ('[toolchain]\nkind = "host"\n[wheels]\n"a.whl" = "nope"\n',
+     "toolchain/host.toml: wheels.a.whl: a sha256 hex digest"),
     ('[toolchain]\nkind = "host"\ncolour = 1\n', "toolchain/host.toml: toolchain.colour: "
                                                  "unknown key"),
     ('[toolchain]\nkind = "host"\n[packages]\nnumpy = 2\n',

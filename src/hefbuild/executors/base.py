@@ -1,20 +1,88 @@
-"""The one interface every executor implements: `run(request) -> result`."""
+"""What executors share: the stage to run (`StageRun`), its limits, and the result.
+
+An executor runs one rule inside its toolchain: `run_stage(stage) -> ExecResult`. The
+engine describes the stage with host paths; each executor maps them to what the rule
+sees (the same paths on the host, mount points in a container) and writes the rule's
+action JSON accordingly.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one stage. Not part of any key: they decide whether a stage
+    finishes, never what it produces."""
+
+    timeout_s: float | None = None
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    gpu: bool = False
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Heartbeats while a stage runs: every `interval_s`, and a silence warning after
+    `silence_s` without an output line. `emit` receives each heartbeat as a dict."""
+
+    interval_s: float = 60.0
+    silence_s: float = 900.0
+    emit: Callable[[dict[str, Any]], None] | None = None
+
+
+@dataclass(frozen=True)
+class StageRun:
+    task: str
+    interpreter: str  # the python that runs the rule (a path on the host, or in the image)
+    rules_dir: Path
+    rule: str  # path under rules_dir
+    action: dict[str, Any]  # model, stage, target, params, source, outputs: no paths
+    inputs: dict[str, Path]  # upstream stage -> its output folder (read-only)
+    files: dict[str, Path]  # file parameter -> file (read-only)
+    scratch: Path  # holds out/ (the only writable place), work/ and log.txt
+    env: dict[str, str]
+    limits: Limits = field(default_factory=Limits)
+    watch: Watch = field(default_factory=Watch)
+
+    @property
+    def out(self) -> Path:
+        return self.scratch / "out"
+
+    @property
+    def work(self) -> Path:
+        return self.scratch / "work"
+
+    @property
+    def log_path(self) -> Path:
+        return self.scratch / "log.txt"
+
+    def action_json(self, path_of: Callable[[Path], str]) -> str:
+        """The rule's ACTION_JSON, with every path as the rule will see it."""
+        return json.dumps({
+            "format": 1, **self.action,
+            "inputs": {k: path_of(v) for k, v in sorted(self.inputs.items())},
+            "files": {k: path_of(v) for k, v in sorted(self.files.items())},
+            "out": path_of(self.out),
+        }, indent=1, sort_keys=True)
 
 
 @dataclass(frozen=True)
 class ExecRequest:
+    """One process to run on the host (the host executor's own unit of work)."""
+
     argv: list[str]
     cwd: Path
     env: dict[str, str]
     log_path: Path  # stdout and stderr, interleaved, go here
     timeout_s: float | None = None
-    mounts: dict[str, Path] = field(default_factory=dict)  # for sandboxing executors
+    memory_bytes: int | None = None
+    watch: Watch = field(default_factory=Watch)
 
 
 @dataclass(frozen=True)
@@ -23,7 +91,9 @@ class ExecResult:
     seconds: float
     peak_rss_mb: float
     timed_out: bool = False
+    cpu_seconds: float = 0.0
+    killed_for: str | None = None  # "timeout" or "memory" when a limit ended the stage
 
 
 class Executor(Protocol):
-    def run(self, request: ExecRequest) -> ExecResult: ...
+    def run_stage(self, stage: StageRun) -> ExecResult: ...
