@@ -99,8 +99,35 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
     return config, task_hefbuild
 
 
+def build_toolchain_image(root: str, name: str) -> dict[str, Any] | TaskFailed:
+    from .images import build_image
+
+    try:
+        return build_image(project_at(root), name)
+    except HefbuildError as exc:
+        return TaskFailed(str(exc))
+
+
+def check_image_current(root: str, name: str) -> bool:
+    from .images import image_is_current
+
+    return image_is_current(project_at(root), name)
+
+
+def _image_tasks(project: Project) -> Iterator[dict]:
+    root = str(project.paths.root)
+    for tc in project.toolchains.values():
+        if tc.kind == "docker" and "context" in tc.image:
+            yield {"basename": "image", "name": tc.name,
+                   "actions": [(build_toolchain_image, [root, tc.name])],
+                   "uptodate": [(check_image_current, [root, tc.name])],
+                   "doc": f"build the image of toolchain {tc.name} from {tc.image['context']} "
+                          f"and pin its ID in toolchain/{tc.name}.lock.json"}
+
+
 def _task_dicts(project: Project) -> Iterator[dict]:
     root = str(project.paths.root)
+    yield from _image_tasks(project)
     for model in project.models.values():
         for action in plan_model(model):
             yield _stage_task(project, action)

@@ -219,6 +219,7 @@ class Engine:
             files={k: self.paths.root / v for k, v in action.file_params.items()},
             scratch=scratch, env=dict(tc.env), limits=stage_limits(action, tc),
             watch=self._watch(action, key, scratch / "log.txt"),
+            image=key.description["toolchain"].get("image_id"),
         )
 
     def _watch(self, action: Action, key: ActionKey, log_path: Path) -> Watch:

@@ -261,7 +261,7 @@ def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
     image = _docker_image(tc, shown, root, path.stem) if kind == "docker" else {}
     wheels = _str_table(doc, "wheels", shown)
     for name, sha in wheels.items():
-        if not SHA256_RE.match(sha):
+        if sha and not SHA256_RE.match(sha):  # "" = not pinned yet: the image will not build
             raise SpecError(shown, f"wheels.{name}", "a sha256 hex digest of the wheel")
     return ToolchainSpec(path.stem, shown, kind, interpreter, _str_table(doc, "packages", shown),
                          _str_table(doc, "env", shown), str(tc.get("description", "")),

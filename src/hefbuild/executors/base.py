@@ -49,6 +49,7 @@ class StageRun:
     env: dict[str, str]
     limits: Limits = field(default_factory=Limits)
     watch: Watch = field(default_factory=Watch)
+    image: str | None = None  # docker toolchains: the pinned image ID
 
     @property
     def out(self) -> Path:
