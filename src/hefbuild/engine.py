@@ -218,18 +218,15 @@ class Engine:
             inputs={up: self.paths.root / f"build/{action.model}/{up}" for up in action.upstream},
             files={k: self.paths.root / v for k, v in action.file_params.items()},
             scratch=scratch, env=dict(tc.env), limits=stage_limits(action, tc),
-            watch=self._watch(action, key, scratch / "log.txt"),
+            watch=self._watch(action, key),
             image=key.description["toolchain"].get("image_id"),
         )
 
-    def _watch(self, action: Action, key: ActionKey, log_path: Path) -> Watch:
+    def _watch(self, action: Action, key: ActionKey) -> Watch:
         def emit(beat: dict[str, Any]) -> None:
-            line = f"[hefbuild] {action.task}: {beat['message']}"
-            with open(log_path, "a") as log:
-                log.write(line + "\n")
             self.events.heartbeat(action.task, key.hex, beat)
             if self.progress is not None:
-                self.progress(line)
+                self.progress(f"[hefbuild] {action.task}: {beat['message']}")
 
         return Watch(_env_seconds("HEFBUILD_HEARTBEAT_S", 60.0),
                      _env_seconds("HEFBUILD_SILENCE_S", 900.0), emit)

@@ -24,7 +24,7 @@ class DoitRun:
     events: list[dict]
 
     def outcomes(self) -> dict[str, str]:
-        return {e["task"]: e["outcome"] for e in self.events}
+        return {e["task"]: e["outcome"] for e in self.events if "outcome" in e}
 
     def tasks(self, outcome: str) -> set[str]:
         return {t for t, o in self.outcomes().items() if o == outcome}
@@ -58,7 +58,8 @@ class Project:
         path = self.root / "build" / "events.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines()]
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        return [e for e in lines if "outcome" in e]  # not the heartbeats of running stages
 
     def edit(self, rel: str, old: str, new: str) -> None:
         path = self.root / rel

@@ -15,6 +15,7 @@ from typing import Any
 from .base import Watch
 
 MIB = 1024 * 1024
+OWN_PREFIX = "[hefbuild] heartbeat: "
 
 
 @dataclass
@@ -42,7 +43,15 @@ class StageWatch:
             return None
         cores = self._cores_busy(now, cpu_seconds)
         self.last_beat = now
-        return self._beat(now, cores, rss_bytes)
+        beat = self._beat(now, cores, rss_bytes)
+        self._log_beat(beat)
+        return beat
+
+    def _log_beat(self, beat: dict[str, Any]) -> None:
+        """Heartbeats go into the stage log too, without counting as the stage's output."""
+        with open(self.log_path, "ab") as log:
+            log.write(f"{OWN_PREFIX}{beat['message']}\n".encode())
+        self.log_size = os.path.getsize(self.log_path)
 
     def _cores_busy(self, now: float, cpu: float) -> float:
         prev, self._prev = self._prev, (now, cpu)
@@ -84,7 +93,7 @@ class StageWatch:
         with open(self.log_path, "rb") as f:
             f.seek(max(0, size - 4096))
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
-        lines = [ln for ln in lines if ln]
+        lines = [ln for ln in lines if ln and not ln.startswith(OWN_PREFIX)]
         if lines:
             self.last_line = lines[-1]
 
