@@ -143,8 +143,9 @@ def _supervise(container: Any, stage: StageRun, start: float) -> ExecResult:
         if container.status in ("exited", "dead"):
             break
         now = time.monotonic()
-        cpu, rss = _usage(container)
+        cpu, rss, peak = _usage(container)
         beat = watch.sample(now, cpu, rss)
+        watch.peak_rss = max(watch.peak_rss, peak)
         if beat is not None and stage.watch.emit is not None:
             stage.watch.emit(beat)
         if stage.limits.timeout_s is not None and now - start > stage.limits.timeout_s:
@@ -169,23 +170,24 @@ def _pump_logs(container: Any, log_path: Path) -> None:
             log.flush()
 
 
-def _usage(container: Any) -> tuple[float, int]:
-    """(CPU seconds, resident bytes) of the container, from one stats snapshot."""
+def _usage(container: Any) -> tuple[float, int, int]:
+    """(CPU seconds, resident bytes, peak bytes) of the container, from one stats snapshot."""
     try:
         stats = container.stats(stream=False, one_shot=True)
     except Exception:  # the container may be gone between reload and stats
-        return 0.0, 0
+        return 0.0, 0, 0
     cpu_ns = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage", 0)
     mem = stats.get("memory_stats", {})
-    rss = mem.get("usage", 0) - mem.get("stats", {}).get("inactive_file", 0)
-    return cpu_ns / 1e9, max(rss, 0)
+    rss = max(mem.get("usage", 0) - mem.get("stats", {}).get("inactive_file", 0), 0)
+    return cpu_ns / 1e9, rss, max(rss, mem.get("max_usage", 0))  # max_usage: cgroup v1
 
 
 def _cgroup_peak(container: Any) -> int:
     """The kernel's own peak for the container (cgroup v2 memory.peak), when readable."""
     cid = container.id
     for path in (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.peak",
-                 f"/sys/fs/cgroup/docker/{cid}/memory.peak"):
+                 f"/sys/fs/cgroup/docker/{cid}/memory.peak",
+                 f"/sys/fs/cgroup/memory/docker/{cid}/memory.max_usage_in_bytes"):  # v1
         with suppress(OSError, ValueError):
             return int(Path(path).read_text())
     return 0
