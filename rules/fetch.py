@@ -36,7 +36,7 @@ CONFIG_KEYS = (
     "vocab_size",
     "max_position_embeddings",
 )
-OPTIONAL_CONFIG_KEYS = ("head_dim", "rope_theta", "tie_word_embeddings")
+OPTIONAL_CONFIG_KEYS = ("head_dim", "rope_theta", "tie_word_embeddings", "sliding_window")
 MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
 
 # Brief training recipe, tuned on the tiny models: ~11 ms/step on one CPU thread, and by
@@ -105,6 +105,15 @@ def build_config(spec: dict[str, Any]) -> Any:
         fail(f"fetch: source.synthetic lacks {', '.join(missing)}")
     kwargs = {k: spec[k] for k in CONFIG_KEYS}
     kwargs.update({k: spec[k] for k in OPTIONAL_CONFIG_KEYS if spec.get(k) is not None})
+    # Embedding / lm_head rows beyond the tokenizer: a large model vocabulary without a large
+    # tokenizer (the extra rows are never produced by the tokenizer, only by the model).
+    if spec.get("model_vocab_size") is not None:
+        if int(spec["model_vocab_size"]) < int(spec["vocab_size"]):
+            fail(
+                f"fetch: source.synthetic.model_vocab_size {spec['model_vocab_size']} < "
+                f"vocab_size {spec['vocab_size']} (the model must cover the tokenizer)"
+            )
+        kwargs["vocab_size"] = int(spec["model_vocab_size"])
     kwargs.update(pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID)
     return AutoConfig.for_model(spec["architecture"], **kwargs)
 
