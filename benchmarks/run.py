@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from hefbuild.statcache import StatCache  # noqa: E402
 
-PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data")
+PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "images",
+         "placements")
 DOIT = [sys.executable, "-m", "doit"]
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT_PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data")
+PROJECT_PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "images",
+                 "placements")
 
 
 @dataclass

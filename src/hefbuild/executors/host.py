@@ -32,7 +32,9 @@ class HostExecutor:
         action_file.write_text(stage.action_json(str))
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         env.update(stage.env)
-        env["PYTHONPATH"] = str(stage.rules_dir)
+        # rules/ first; a toolchain may add its own paths after it.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stage.rules_dir),
+                                                        stage.env.get("PYTHONPATH")) if p)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # rules/ may be read-only
         argv = [stage.interpreter, str(stage.rules_dir / stage.rule), str(action_file)]
         return self.run(ExecRequest(argv, stage.work, env, stage.log_path,
