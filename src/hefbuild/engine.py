@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import HefbuildError, MissingOutput, RuleFailed, SpecError, StageError
 from .events import EventLog, Outcome, peak_rss_mb, read_json
@@ -51,9 +52,12 @@ class Engine:
         self.store = Store(self.paths.store, self.stats)
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json",
                                             self.paths.toolchains)
-        # One executor per toolchain kind; a given executor (tests) serves every kind.
-        self._executors: dict[str, Executor] = (
-            {"host": executor, "docker": executor} if executor else {"host": HostExecutor()})
+        # One executor per toolchain kind; a given executor (tests) serves every kind. A
+        # device stage's rule runs here and reaches its device itself (ssh or local).
+        host = executor or HostExecutor()
+        self._executors: dict[str, Executor] = {"host": host, "ssh": host, "local": host}
+        if executor is not None:
+            self._executors["docker"] = executor
         self.progress = progress
         self.events = EventLog(self.paths.build / "events.jsonl")
         self._rule_files: dict[str, list[Path]] = {}  # rule -> its code files, per invocation
@@ -209,12 +213,14 @@ class Engine:
         for sub in ("out", "work"):
             (scratch / sub).mkdir()
         tc = self.project.toolchains[action.toolchain]
+        rule_action = {"model": action.model, "stage": action.stage, "target": action.target,
+                       "params": action.params, "source": action.source,
+                       "outputs": list(action.outputs)}
+        if tc.device:
+            rule_action["device"] = device_target(tc)
         return StageRun(
             task=action.task, interpreter=interpreter_path(tc), rules_dir=self.paths.rules,
-            rule=action.rule,
-            action={"model": action.model, "stage": action.stage, "target": action.target,
-                    "params": action.params, "source": action.source,
-                    "outputs": list(action.outputs)},
+            rule=action.rule, action=rule_action,
             inputs={up: self.paths.root / f"build/{action.model}/{up}" for up in action.upstream},
             files={k: self.paths.root / v for k, v in action.file_params.items()},
             scratch=scratch, env=dict(tc.env), limits=stage_limits(action, tc),
@@ -332,6 +338,26 @@ def _failure_message(action: Action, stage: StageRun, result: ExecResult) -> str
                 f"{result.peak_rss_mb:.0f} MiB); raise `memory` in {where}; log: {rel_log}")
     return (f"{action.task}: rules/{action.rule} failed (exit {result.returncode}): "
             f"{log_tail(stage.log_path)}; log: {rel_log}")
+
+
+def device_target(tc: ToolchainSpec) -> dict[str, Any]:
+    """Where the device stage reaches its Hailo device: the toolchain's, unless
+    HEFBUILD_DEVICE (`ssh://user@host:port` or `local`) says otherwise, e.g. on a CI runner."""
+    device = {k: v for k, v in tc.device.items()}
+    override = os.environ.get("HEFBUILD_DEVICE", "").strip()
+    if override == "local":
+        device["kind"] = "local"
+    elif override:
+        parsed = urlsplit(override)
+        if parsed.scheme != "ssh" or not parsed.hostname:
+            raise SpecError("HEFBUILD_DEVICE", "", f"ssh://user@host:port or local, "
+                            f"got {override!r}")
+        device.update(kind="ssh", host=parsed.hostname, port=parsed.port or 22)
+        if parsed.username:
+            device["user"] = parsed.username
+    if device.get("key_file"):
+        device["key_file"] = os.path.expanduser(device["key_file"])
+    return device
 
 
 def _human_s(seconds: float | None) -> str:

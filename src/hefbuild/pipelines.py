@@ -124,8 +124,22 @@ HAILO10H = (
         },
         toolchain=_DFC,
     ),
-    StageDef("verify", "hailo/verify.py", ("export", "compile"), ("report.json",),
-             dict(_VERIFY_PARAMS), toolchain="hailort-5.3.0"),
+    # The float32 transformers greedy run of the prompts, on the build host, once: the
+    # device check compares against it without recomputing it per device run.
+    StageDef(
+        "reference", "hailo/reference.py", ("fetch",), ("reference.json",),
+        {k: _VERIFY_PARAMS[k] for k in ("prompts", "max_new_tokens")},
+    ),
+    StageDef(
+        "verify", "hailo/verify.py", ("export", "compile", "reference"), ("report.json",),
+        {
+            "min_token_agreement": _VERIFY_PARAMS["min_token_agreement"],
+            "seed": ParamDef(T.INT, 0),
+            "prefill_check": ParamDef(T.BOOL, True),
+            "prefill_cosine_min": ParamDef(T.FLOAT, 0.9, minimum=-1.0, maximum=1.0),
+        },
+        toolchain="hailo10h-device",
+    ),
 )
 
 PIPELINES: dict[str, tuple[StageDef, ...]] = {"cpu-ort": CPU_ORT, "hailo10h": HAILO10H}

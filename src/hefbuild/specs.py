@@ -98,6 +98,7 @@ class ToolchainSpec:
     limits: dict[str, Any] = field(default_factory=dict)  # timeout (s), memory (bytes), cpus
     image: dict[str, Any] = field(default_factory=dict)  # docker: context, tag, reference
     wheels: dict[str, str] = field(default_factory=dict)  # docker: file -> sha256
+    device: dict[str, Any] = field(default_factory=dict)  # ssh/local: see _device
 
 
 LIMIT_KEYS = {
@@ -239,15 +240,19 @@ def _load_stages(
     return stages, stage_tcs, limits
 
 
-TOOLCHAIN_KINDS = ("host", "docker")
+TOOLCHAIN_KINDS = ("host", "docker", "ssh", "local")
+_DEVICE_KEYS = {"kind", "interpreter", "description", "host", "user", "port", "key_file",
+                "remote_dir"}
 _TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description"},
+                   "ssh": _DEVICE_KEYS, "local": _DEVICE_KEYS - {"host", "user", "port"},
                    "docker": {"kind", "interpreter", "description", "context", "tag", "image"}}
 
 
 def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
     shown = path.relative_to(root).as_posix()
     doc = read_toml(path, shown)
-    _only_keys(doc, {"toolchain", "packages", "env", "limits", "wheels"}, shown, "")
+    _only_keys(doc, {"toolchain", "packages", "env", "limits", "wheels", "pins", "retry"},
+               shown, "")
     tc = _table(doc, "toolchain", shown, "toolchain")
     kind = tc.get("kind")
     if kind not in TOOLCHAIN_KINDS:
@@ -259,13 +264,44 @@ def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
     limits = check_params(_table(doc, "limits", shown, "limits"), LIMIT_KEYS, shown, "limits",
                           root)
     image = _docker_image(tc, shown, root, path.stem) if kind == "docker" else {}
+    device = _device(doc, tc, shown, root) if kind in ("ssh", "local") else {}
     wheels = _str_table(doc, "wheels", shown)
     for name, sha in wheels.items():
         if sha and not SHA256_RE.match(sha):  # "" = not pinned yet: the image will not build
             raise SpecError(shown, f"wheels.{name}", "a sha256 hex digest of the wheel")
     return ToolchainSpec(path.stem, shown, kind, interpreter, _str_table(doc, "packages", shown),
                          _str_table(doc, "env", shown), str(tc.get("description", "")),
-                         limits, image, wheels)
+                         limits, image, wheels, device)
+
+
+DEVICE_KEYS = {
+    "host": ParamDef(T.STR),
+    "user": ParamDef(T.STR),
+    "port": ParamDef(T.INT, 22, minimum=1, maximum=65535),
+    "key_file": ParamDef(T.STR),
+    "remote_dir": ParamDef(T.STR, ".cache/hefbuild-device"),
+}
+PIN_KEYS = {"hailort": ParamDef(T.STR, required=True), "firmware": ParamDef(T.STR, required=True)}
+RETRY_KEYS = {
+    "attempts": ParamDef(T.INT, 3, minimum=1, maximum=20),
+    "backoff": ParamDef(T.DURATION, 2.0),
+    "attempt_timeout": ParamDef(T.DURATION, 600.0),
+}
+
+
+def _device(doc: dict[str, Any], tc: dict[str, Any], shown: str, root: Path) -> dict[str, Any]:
+    """Where the Hailo device is and what it must run: connection, pins, retry policy.
+    Only the pins enter keys; the connection and the retry policy never do."""
+    given = {k: v for k, v in tc.items() if k in DEVICE_KEYS}
+    device = check_params(given, DEVICE_KEYS, shown, "toolchain", root)
+    device["kind"] = tc["kind"]
+    device["pins"] = check_params(_table(doc, "pins", shown, "pins"), PIN_KEYS, shown, "pins",
+                                  root)
+    device["retry"] = check_params(_table(doc, "retry", shown, "retry"), RETRY_KEYS, shown,
+                                   "retry", root)
+    if tc["kind"] == "ssh" and not device.get("host"):
+        raise SpecError(shown, "toolchain.host", "the device host name (or HEFBUILD_DEVICE)")
+    return device
 
 
 def _docker_image(tc: dict[str, Any], shown: str, root: Path, name: str) -> dict[str, Any]:

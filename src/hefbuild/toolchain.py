@@ -41,7 +41,11 @@ print(json.dumps(sorted({p for p in sys.path if p.endswith("-packages")})))
 
 
 def interpreter_path(spec: ToolchainSpec) -> str:
-    return sys.executable if spec.interpreter == "current" else spec.interpreter
+    """The python that runs a stage's rule here. A device toolchain's `interpreter` is the
+    python on the device host; its rule itself runs in doit's own environment."""
+    if spec.interpreter == "current" or spec.kind in ("ssh", "local"):
+        return sys.executable
+    return spec.interpreter
 
 
 class ToolchainResolver:
@@ -55,9 +59,16 @@ class ToolchainResolver:
 
     def identity(self, spec: ToolchainSpec) -> dict[str, Any]:
         if spec.name not in self._memo:
-            self._memo[spec.name] = (self._docker_identity(spec) if spec.kind == "docker"
-                                     else self._cached_or_probe(spec))
+            self._memo[spec.name] = self._identity(spec)
         return self._memo[spec.name]
+
+    def _identity(self, spec: ToolchainSpec) -> dict[str, Any]:
+        if spec.kind == "docker":
+            return self._docker_identity(spec)
+        if spec.kind in ("ssh", "local"):
+            # The release pins, not the host: an identical device elsewhere is the same.
+            return {"kind": "device", **spec.device["pins"]}
+        return self._cached_or_probe(spec)
 
     def _docker_identity(self, spec: ToolchainSpec) -> dict[str, Any]:
         lock = read_image_lock(self._toolchain_dir, spec) if self._toolchain_dir else None
@@ -68,8 +79,8 @@ class ToolchainResolver:
 
     def check(self, spec: ToolchainSpec) -> None:
         """Refuse to run a stage in an environment that lacks a pinned package version."""
-        if spec.kind == "docker":
-            return  # the image is pinned by ID; what it holds was checked when it was built
+        if spec.kind != "host":
+            return  # an image is pinned by ID; a device's versions are checked by its stage
         installed = self.identity(spec)["packages"]
         for name, wanted in sorted(spec.packages.items()):
             have = installed.get(name)

@@ -84,7 +84,7 @@ def test_model_and_stage_toolchains(model, proj):
 
 
 def test_hailo_stages_default_to_their_toolchain(model, proj):
-    for name in ("hailo-dfc-5.3.0", "hailort-5.3.0"):
+    for name in ("hailo-dfc-5.3.0", "hailo10h-device"):
         (proj / "toolchain" / f"{name}.toml").write_text('[toolchain]\nkind = "host"\n')
     recipes = proj / "rules" / "hailo" / "recipes"
     recipes.mkdir(parents=True)
@@ -93,7 +93,8 @@ def test_hailo_stages_default_to_their_toolchain(model, proj):
     m = model(SYNTHETIC.replace("cpu-ort", "hailo10h"))
     assert m.stage_toolchains["export"] == "host"
     assert m.stage_toolchains["optimize"] == "hailo-dfc-5.3.0"
-    assert m.stage_toolchains["verify"] == "hailort-5.3.0"
+    assert m.stage_toolchains["verify"] == "hailo10h-device"
+    assert m.stage_toolchains["reference"] == "host"
 
 
 # -- every bad input: one line naming the file, the key and what was expected -------------
