@@ -44,9 +44,19 @@ def _to_terminal(line: str) -> None:
 
 def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:
     try:
-        return engine_for(root).run(task)
+        return engine_for(root).run(task, force=forced(task, sys.argv[1:]))
     except HefbuildError as exc:
         return TaskFailed(str(exc))
+
+
+def forced(task: str, argv: list[str]) -> bool:
+    """`doit -a TASK` rebuilds TASK itself, as in doit; its dependencies are still
+    restored or left as they are (re-running a 4-hour compile to re-check a device
+    is never what `-a verify:x` means)."""
+    if not {"-a", "--always-execute"} & set(argv):
+        return False
+    named = {a for a in argv if not a.startswith("-")}
+    return task in named or task.split(":")[0] in named
 
 
 def check_uptodate(root: str, task: str) -> bool:

@@ -158,14 +158,15 @@ class Engine:
 
     # -- doing -----------------------------------------------------------------------
 
-    def run(self, task: str) -> dict[str, Any]:
+    def run(self, task: str, force: bool = False) -> dict[str, Any]:
+        """Leave, restore or build one task; `force` builds it again whatever is stored."""
         action = self.actions[task]
         start = time.monotonic()
         key: ActionKey | None = None
         try:
             decision = self.decide(action)
             key = decision.key
-            outcome, record = self._realize(action, decision)
+            outcome, record = self._realize(action, decision, force)
             if record is not None:
                 manifest = _manifest(action, key, record, outcome, time.monotonic() - start)
                 self._materialize(action, record, manifest)
@@ -179,8 +180,11 @@ class Engine:
         self.events.append(task, key.hex, outcome, time.monotonic() - start, peak)
         return {"outcome": outcome.value, "key": key.hex}
 
-    def _realize(self, action: Action, decision: Decision) -> tuple[Outcome, Record | None]:
+    def _realize(self, action: Action, decision: Decision,
+                 force: bool = False) -> tuple[Outcome, Record | None]:
         """The record to put in build/: none when up to date, else restored or built."""
+        if force:
+            return Outcome.BUILT, self._build(action, decision.key)
         if decision.outcome is Outcome.UPTODATE:
             return Outcome.UPTODATE, None
         if decision.outcome is Outcome.RESTORED:

@@ -94,3 +94,20 @@ def test_second_model_with_same_declaration_shares_results(built, make_engine, r
     assert [engine.run(f"{s}:twin")["outcome"] for s in STAGES] == ["restored"] * 5
     assert fake.ran == []
     oracle()
+
+
+def test_force_rebuilds_the_task_even_when_stored(built, fake):
+    from .helpers import TASKS as ALL
+
+    verify = ALL[-1]
+    assert built.run(verify, force=True)["outcome"] == "built"
+    assert fake.ran == [verify]
+
+
+def test_dash_a_forces_only_the_named_tasks():
+    from hefbuild.doit_tasks import forced
+
+    assert forced("verify:m", ["-a", "verify:m"])
+    assert forced("verify:m", ["verify", "--always-execute"])
+    assert not forced("compile:m", ["-a", "verify:m"])  # a dependency is not forced
+    assert not forced("verify:m", ["verify:m"])
