@@ -14,25 +14,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from .errors import HefbuildError, MissingOutput, RuleFailed, SpecError, StageError
 from .events import EventLog, Outcome, peak_rss_mb, read_json
-from .executors import ExecResult, Executor, HostExecutor, Limits, StageRun, Watch
+from .executors import ExecResult, Executor, HostExecutor, StageRun, Watch
 from .executors.host import log_tail
 from .executors.watch import MIB
 from .key import ActionKey, describe
 from .plan import Action, plan_project, rule_code_files
 from .project import Project
-from .specs import ToolchainSpec
+from .runtime import device_target, stage_limits
 from .statcache import StatCache
 from .store import Record, Store
 from .toolchain import ToolchainResolver, interpreter_path
 
 MANIFEST = "manifest.json"
-DEFAULT_TIMEOUT_S = 48 * 3600.0  # a 30-layer compile takes 4.5 h; this catches true hangs
 LOG = "log.txt"
-
 
 
 @dataclass(frozen=True)
@@ -344,26 +341,6 @@ def _failure_message(action: Action, stage: StageRun, result: ExecResult) -> str
             f"{log_tail(stage.log_path)}; log: {rel_log}")
 
 
-def device_target(tc: ToolchainSpec) -> dict[str, Any]:
-    """Where the device stage reaches its Hailo device: the toolchain's, unless
-    HEFBUILD_DEVICE (`ssh://user@host:port` or `local`) says otherwise, e.g. on a CI runner."""
-    device = {k: v for k, v in tc.device.items()}
-    override = os.environ.get("HEFBUILD_DEVICE", "").strip()
-    if override == "local":
-        device["kind"] = "local"
-    elif override:
-        parsed = urlsplit(override)
-        if parsed.scheme != "ssh" or not parsed.hostname:
-            raise SpecError("HEFBUILD_DEVICE", "", f"ssh://user@host:port or local, "
-                            f"got {override!r}")
-        device.update(kind="ssh", host=parsed.hostname, port=parsed.port or 22)
-        if parsed.username:
-            device["user"] = parsed.username
-    if device.get("key_file"):
-        device["key_file"] = os.path.expanduser(device["key_file"])
-    return device
-
-
 def _human_s(seconds: float | None) -> str:
     if seconds is None:
         return "none"
@@ -375,18 +352,3 @@ def _env_seconds(name: str, default: float) -> float:
         return float(os.environ.get(name, default))
     except ValueError:
         return default
-
-
-def stage_limits(action: Action, tc: ToolchainSpec) -> Limits:
-    """The model's limits for this stage, else the toolchain's, else the defaults."""
-    declared = tc.limits
-    timeout = action.limits.timeout_s or declared.get("timeout") or DEFAULT_TIMEOUT_S
-    memory = action.limits.memory_bytes or declared.get("memory") or default_memory_cap()
-    return Limits(timeout_s=timeout, memory_bytes=memory, cpus=declared.get("cpus"),
-                  gpu=action.limits.gpu)
-
-
-def default_memory_cap() -> int:
-    """90 % of physical memory: a runaway compiler pass fails instead of taking the host."""
-    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    return int(pages * size * 0.9)

@@ -87,7 +87,7 @@ def test_sleeping_stage_is_killed_at_its_timeout(root, store):
 
 
 def test_limits_come_from_the_toolchain_when_the_model_is_silent(root, store):
-    from hefbuild.engine import stage_limits
+    from hefbuild.runtime import stage_limits
 
     host = root / "toolchain" / "host.toml"
     host.write_text(host.read_text() + '\n[limits]\ntimeout = "2h"\nmemory = "1g"\n')
