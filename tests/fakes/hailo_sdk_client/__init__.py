@@ -7,6 +7,12 @@ every call as a JSON line in the file named by env FAKE_DFC_CALLS. Everything it
 marked fake: HAR members `fake_dfc.json` / `FAKE_DFC_README.txt`, HEF bytes starting with
 `FAKE-HEF`, an `.auto.alls` whose first line says it is fake.
 
+The fake HEF is `FAKE-HEF\n` + one JSON object: `fake`, `network_groups`, `script_sha256`
+and, for the HailoRT double (tests/fakes/hailo_platform), `format` "fake-hef/1", `net`,
+`input_layers`, `outputs`, `input_layers_mapping` and `files` (base64): the parsed ONNX
+graph (carried through the HARs as member `<net>.fake_model.onnx`), the arrays given to
+add_external_resources (`<net>.fake_external_resources.npz`) and the attached files.
+
 Behaviours of the real SDK it reproduces (so the rules' guards are exercised):
 - importing it with CUDA_VISIBLE_DEVICES unset sets it to "99" (hides every GPU), and with
   "99" optimize logs a no-GPU line;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import io
@@ -22,6 +23,8 @@ REDUCE_LINE = ("Reducing optimization level to 1 (the accuracy won't be optimize
                "compression won't be used) because there's less data than the recommended "
                "amount (1024)")
 NO_GPU_LINE = "no available GPU was found; the optimization runs on the CPU"
+FAKE_ONNX = "fake_model.onnx"  # HAR member <net>.fake_model.onnx: the parsed graph
+FAKE_RESOURCES = "fake_external_resources.npz"  # the arrays given to add_external_resources
 
 
 def _sdk_logger() -> Any:
@@ -34,6 +37,20 @@ def _acceleras_logger() -> Any:
     from hailo_model_optimization.acceleras.utils.logger import default_logger
 
     return default_logger()
+
+
+def _npz_bytes(arrays: dict[str, Any]) -> bytes:
+    """Like np.savez, without the clock (fixed member timestamps, sorted members)."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for key in sorted(arrays):
+            arr = io.BytesIO()
+            np.lib.format.write_array(arr, np.ascontiguousarray(arrays[key]))
+            zf.writestr(zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0)),
+                        arr.getvalue())
+    return buf.getvalue()
 
 
 def _hn_shape(shape: list[int]) -> list[int]:
@@ -85,23 +102,14 @@ class ClientRunner:
         self._extra = members
 
     def save_har(self, path: str) -> None:
-        import numpy as np
-
         record("save_har", path)
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w") as zf:  # like np.savez, without the clock
-            for key in sorted(self._params):
-                arr = io.BytesIO()
-                np.lib.format.write_array(arr, np.ascontiguousarray(self._params[key]))
-                zf.writestr(zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0)),
-                            arr.getvalue())
         members = dict(self._extra)
         members.update({
             "FAKE_DFC_README.txt": FAKE_README,
             "fake_dfc.json": json.dumps({"state": self._state, "net": self._net,
                                          "hw_arch": self.hw_arch}).encode(),
             f"{self._net}.hn": json.dumps(self._hn).encode(),
-            f"{self._net}.npz": buf.getvalue(),
+            f"{self._net}.npz": _npz_bytes(self._params),
             f"{self._net}.alls": "\n#---\n".join(self._scripts).encode(),
         })
         with tarfile.open(path, "w") as tar:
@@ -157,6 +165,8 @@ class ClientRunner:
                 "output": []}
         n_layers = sum(1 for n in convs if "k_proj" in n.name) or 1
         self._net, self._state = scope, "parsed"
+        # The test double's HEF runs this graph (tests/fakes/hailo_platform): carry it along.
+        self._extra[f"{scope}.{FAKE_ONNX}"] = Path(model).read_bytes()
         self._hn = {"name": scope, "fake": {"transformer_layers": n_layers},
                     "net_params": {"output_layers_order": [
                         n for n in layers if layers[n]["type"] == "output_layer"]},
@@ -185,6 +195,10 @@ class ClientRunner:
                 raise ValueError(f"FAKE DFC: unknown resource kind {kind}")
         self._extra[f"{self._net}.external_resources.json"] = json.dumps(
             jsonable(resources), sort_keys=True).encode()
+        arrays = {f"{layer}/{key}": value
+                  for layer, weights in resources.get("weights", {}).items()
+                  for key, value in weights.items()}
+        self._extra[f"{self._net}.{FAKE_RESOURCES}"] = _npz_bytes(arrays)
 
     def add_external_file(self, name: str, path: str) -> None:
         data = Path(path).read_bytes()
@@ -274,5 +288,29 @@ class ClientRunner:
         self._extra[f"{self._net}.auto.alls"] = auto.encode()
         self._state = "compiled"
         body = {"fake": True, "network_groups": groups,
-                "script_sha256": hashlib.sha256(script.encode()).hexdigest()}
+                "script_sha256": hashlib.sha256(script.encode()).hexdigest(),
+                **self._hef_payload()}
         return b"FAKE-HEF\n" + json.dumps(body, sort_keys=True).encode()
+
+    def _hef_payload(self) -> dict[str, Any]:
+        """What the hailo_platform test double needs to run the model (see its package
+        docstring for the format): the graph, the attached resources and files, and the
+        input layers (HN name, ONNX name, shape) of the base scope."""
+        net = self._net
+        files = {name: self._extra.get(f"{net}.{member}")
+                 for name, member in (("model.onnx", FAKE_ONNX),
+                                      ("external_resources.npz", FAKE_RESOURCES))}
+        prefix = f"{net}.external/"
+        files.update({k[len(prefix):]: v for k, v in self._extra.items() if k.startswith(prefix)})
+        inputs = {name.split("/", 1)[1]: {"onnx_name": layer["original_names"][0],
+                                          "shape": layer.get("input_shapes", [[]])[0]}
+                  for name, layer in self._hn["layers"].items()
+                  if name.startswith(f"{net}/") and layer["type"] == "input_layer"}
+        outputs = [self._hn["layers"][n]["original_names"][0]
+                   for n in self._hn.get("net_params", {}).get("output_layers_order", [])
+                   if n in self._hn["layers"]]
+        return {"format": "fake-hef/1", "net": net, "hw_arch": self.hw_arch,
+                "input_layers": inputs, "outputs": outputs,
+                "input_layers_mapping": self._mapping(),
+                "files": {k: base64.b64encode(v).decode() for k, v in sorted(files.items())
+                          if v is not None}}

@@ -1,0 +1,234 @@
+"""`doit verify:tiny-hailo-llama` end to end over a real sshd on loopback.
+
+The chain up to compile runs with the DFC test double; the device host is this machine over
+ssh, whose `hailo_platform` is the test double (tests/fakes/hailo_platform): it runs the HEF's
+ONNX graph on ONNX Runtime, so a pass is real token agreement with the float32 reference, and
+FAKE_HAILO_CONTROL injects the failures. Nothing here is a real device result (the stage log
+says so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from e2e.conftest import REPO, DoitRun, Project, copy_project
+
+from .conftest import SshHost
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "tiny-hailo-llama"
+VERIFY = f"verify:{MODEL}"
+FAKE_DFC = f"""\
+[toolchain]
+kind = "host"
+description = "the DFC test double (tests/fakes/hailo_sdk_client)"
+
+[env]
+PYTHONPATH = "{REPO / 'tests' / 'fakes'}"
+NPY_PROMOTION_STATE = "legacy"
+CUDA_VISIBLE_DEVICES = "0"
+"""
+DEVICE = """\
+[toolchain]
+kind = "ssh"
+host = "{host}"
+user = "root"
+port = {port}
+key_file = "{key}"
+interpreter = "{python}"
+remote_dir = "{remote}"
+description = "this machine over a loopback sshd; hailo_platform is the FAKE test double"
+
+[pins]
+hailort = "5.3.0"
+firmware = "5.3.0"
+
+[retry]
+attempts = {attempts}
+backoff = "0.2s"
+attempt_timeout = "{timeout}"
+"""
+
+
+@pytest.fixture(scope="module")
+def device_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("device-store")
+
+
+class Bench:
+    """One project copy wired to the loopback device host."""
+
+    def __init__(self, project: Project, host: SshHost, remote: Path, state: Path):
+        self.project, self.host, self.remote, self.state = project, host, remote, state
+
+    def device(self, *, attempts: int = 3, timeout: str = "60s", host: str = "127.0.0.1",
+               port: int | None = None) -> None:
+        text = DEVICE.format(host=host, port=port or self.host.port, key=self.host.key_file,
+                             python=self.host.python, remote=self.remote, attempts=attempts,
+                             timeout=timeout)
+        (self.project.root / "toolchain/hailo10h-device.toml").write_text(text)
+
+    def fake(self, mode: str = "ok", **versions: str) -> None:
+        control = {"mode": mode, "versions": versions, "state_dir": str(self.state)}
+        self.host.control.write_text(json.dumps(control))
+
+    def verify(self, *args: str, env: dict | None = None) -> DoitRun:
+        return self.project.doit(*args, VERIFY, timeout=300, env=env)
+
+    @property
+    def stage_dir(self) -> Path:
+        return self.project.root / "build" / MODEL
+
+    def log(self) -> str:
+        return (self.stage_dir / "verify" / "log.txt").read_text()
+
+    def failed_log(self) -> str:
+        return (self.stage_dir / "verify.failed.log").read_text()
+
+    def report(self) -> dict:
+        return json.loads((self.stage_dir / "verify" / "report.json").read_text())
+
+
+@pytest.fixture
+def bench(tmp_path: Path, device_store: Path, ssh_host: SshHost) -> Bench:
+    project = copy_project(tmp_path / "project", device_store)
+    shutil.copy(REPO / "tests/hailo_models" / f"{MODEL}.toml", project.root / "models")
+    (project.root / "toolchain/hailo-dfc-5.3.0.toml").write_text(FAKE_DFC)
+    run = project.doit(f"hef:{MODEL}", f"reference:{MODEL}")
+    assert run.returncode == 0, run.stdout + run.stderr
+    b = Bench(project, ssh_host, tmp_path / "device-cache", tmp_path / "fake-state")
+    b.device()
+    b.fake("ok")
+    return b
+
+
+def error_line(run: DoitRun) -> str:
+    """doit's one ERROR line for the stage: it quotes the rule's last log line."""
+    return next(line for line in (run.stdout + run.stderr).splitlines()
+                if line.startswith(f"ERROR: {VERIFY}"))
+
+
+def uploads_of_hef(log: str) -> int:
+    return sum(1 for line in log.splitlines() if "[transport] put model.hef" in line)
+
+
+def test_pass_is_real_agreement_cached_and_forced(bench: Bench):
+    first = bench.verify()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.outcomes()[VERIFY] == "built"
+    report = bench.report()
+    reference = json.loads((bench.stage_dir / "reference" / "reference.json").read_text())
+    assert report["passed"] and report["attempts"] == 1
+    for row, ref in zip(report["prompts"], reference["prompts"], strict=True):
+        assert row["reference_text"] == ref["text"] and row["device_text"] == ref["text"]
+        assert row["agreement"] == 1.0 and not row["device_degenerate"]
+    assert report["prefill"]["cosine"] > 0.99
+    assert report["device"]["hailort"] == "5.3.0" and report["device"]["fake"] is True
+    assert "127.0.0.1" not in json.dumps(report)  # the host never enters the report
+    log = bench.log()
+    assert "WARNING: the device answered as the FAKE" in log
+    assert uploads_of_hef(log) == 1
+    hef = next(bench.remote.glob("*/model.hef"))
+    assert hef.read_bytes() == (bench.stage_dir / "compile" / "model.hef").read_bytes()
+
+    again = bench.verify()
+    assert again.returncode == 0 and again.outcomes()[VERIFY] == "uptodate"
+
+    mtime = hef.stat().st_mtime_ns
+    forced = bench.verify("-a")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert forced.outcomes()[VERIFY] == "built"
+    log = bench.log()
+    assert uploads_of_hef(log) == 0  # the digest-named HEF is already on the device host
+    assert f"already there, sha256 verified: {hef}" in log
+    assert hef.stat().st_mtime_ns == mtime
+
+
+def test_interrupted_first_attempt_is_retried(bench: Bench):
+    bench.device(host="device.invalid", port=22)  # HEFBUILD_DEVICE points at the real one
+    bench.fake("interrupt_once")
+    run = bench.verify("-a", env={"HEFBUILD_DEVICE": bench.host.url})
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = bench.report()
+    assert report["passed"] and report["attempts"] == 2
+    generate = [a for a in report["attempt_log"] if a["step"] == "generate"]
+    assert [a["outcome"] for a in generate] == ["transient", "ok"]
+    assert "HAILO_COMMUNICATION_CLOSED" in generate[0]["message"]
+    assert "generate attempt 2/3 after" in bench.log()
+
+
+def test_hang_is_killed_at_the_attempt_timeout_and_retried(bench: Bench):
+    bench.device(timeout="6s", attempts=2)
+    bench.fake("hang")
+    run = bench.verify("-a")
+    log = bench.log() if run.returncode == 0 else bench.failed_log()
+    assert "generate attempt 1/2 after 0.00 s: transient (timed out after" in log
+    assert "generate attempt 2/2" in log
+
+
+def test_deterministic_error_is_not_retried_and_device_logs_are_fetched(bench: Bench):
+    bench.fake("bad_hef")
+    run = bench.verify("-a")
+    assert run.returncode != 0 and run.outcomes()[VERIFY] == "failed"
+    log = bench.failed_log()
+    assert "attempt 1/3" in log and "attempt 2/3" not in log
+    assert "deterministic" in log
+    assert "device logs (fetched because the check failed)" in log
+    assert "[FAKE hailort]" in log  # the client's hailort.log, copied from the device host
+    assert "hailortcli logs runtime" in log
+    assert "verify" in error_line(run)
+
+
+def test_version_mismatch_is_refused_before_generation(bench: Bench):
+    bench.fake("ok", firmware="5.2.0")
+    run = bench.verify("-a")
+    assert run.returncode != 0
+    line = error_line(run)
+    assert "version mismatch" in line and "firmware 5.2.0 (pinned 5.3.0)" in line
+    log = bench.failed_log()
+    assert "versions attempt 1/3" in log and "versions attempt 2/3" not in log
+    assert "generate attempt" not in log
+
+
+def test_degenerate_output_fails_the_check(bench: Bench):
+    bench.fake("degenerate")
+    run = bench.verify("-a")
+    assert run.returncode != 0
+    line = error_line(run)
+    assert "worst prompt" in line and "degenerate" in line
+    log = bench.failed_log()
+    assert "[FAIL]" in log and "generate attempt 1/3" in log
+
+
+@pytest.mark.device
+def test_real_device(tmp_path: Path, device_store: Path):
+    """The real check on a real Hailo-10H host named by HEFBUILD_DEVICE (key in
+    HEFBUILD_DEVICE_KEY, python in HEFBUILD_DEVICE_PYTHON)."""
+    url = os.environ.get("HEFBUILD_DEVICE", "")
+    if not url.startswith("ssh://") and url != "local":
+        pytest.skip("HEFBUILD_DEVICE does not point at a real device host "
+                    "(ssh://user@host:port or local)")
+    project = copy_project(tmp_path / "project", device_store)
+    shutil.copy(REPO / "tests/hailo_models" / f"{MODEL}.toml", project.root / "models")
+    tc = project.root / "toolchain/hailo10h-device.toml"
+    text = tc.read_text()
+    if os.environ.get("HEFBUILD_DEVICE_KEY"):
+        text = text.replace('key_file = "~/.ssh/id_ed25519"',
+                            f'key_file = "{os.environ["HEFBUILD_DEVICE_KEY"]}"')
+    if os.environ.get("HEFBUILD_DEVICE_PYTHON"):
+        text = text.replace('interpreter = "/usr/bin/python3"',
+                            f'interpreter = "{os.environ["HEFBUILD_DEVICE_PYTHON"]}"')
+    tc.write_text(text)
+    run = project.doit(VERIFY, timeout=3600, env={"HEFBUILD_DEVICE": url})
+    log_path = project.root / "build" / MODEL / ("verify/log.txt" if run.returncode == 0
+                                                 else "verify.failed.log")
+    log = log_path.read_text()
+    assert "FAKE" not in log, "a real device run must not use the test doubles"
+    assert run.returncode == 0, run.stderr
+    assert json.loads((project.root / "build" / MODEL / "verify/report.json").read_text())[
+        "device"]["fake"] is False

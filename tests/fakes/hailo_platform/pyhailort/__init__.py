@@ -1,0 +1,1 @@
+"""FAKE `hailo_platform.pyhailort` (test double). NOT the real runtime."""
