@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from e2e.conftest import REPO, DoitRun, Project, copy_project
+from fakes.toolchains import FAKE_DFC_TOOLCHAIN
 
 from .conftest import SshHost
 
@@ -23,16 +24,7 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "tiny-hailo-llama"
 VERIFY = f"verify:{MODEL}"
-FAKE_DFC = f"""\
-[toolchain]
-kind = "host"
-description = "the DFC test double (tests/fakes/hailo_sdk_client)"
-
-[env]
-PYTHONPATH = "{REPO / 'tests' / 'fakes'}"
-NPY_PROMOTION_STATE = "legacy"
-CUDA_VISIBLE_DEVICES = "0"
-"""
+FAKE_DFC = FAKE_DFC_TOOLCHAIN
 DEVICE = """\
 [toolchain]
 kind = "ssh"

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fakes.toolchains import FAKE_DFC_TOOLCHAIN
 
 from .conftest import REPO, Project, copy_project
 
@@ -14,16 +15,7 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "tiny-hailo-llama"
 CHAIN = ("fetch", "export", "parse", "resources", "optimize", "compile")
-FAKE_DFC = f"""\
-[toolchain]
-kind = "host"
-description = "the DFC test double (tests/fakes/hailo_sdk_client)"
-
-[env]
-PYTHONPATH = "{REPO / 'tests' / 'fakes'}"
-NPY_PROMOTION_STATE = "legacy"
-CUDA_VISIBLE_DEVICES = "0"
-"""
+FAKE_DFC = FAKE_DFC_TOOLCHAIN
 
 
 @pytest.fixture(scope="module")

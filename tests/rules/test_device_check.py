@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.toolchains import FAKE_DFC_TOOLCHAIN
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("onnxruntime")
@@ -34,16 +35,7 @@ SCRIPT = REPO / "rules" / "hailo" / "device_check.py"
 MODEL = "tiny-hailo-llama"
 PROJECT_PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "images",
                  "placements")
-FAKE_DFC = f"""\
-[toolchain]
-kind = "host"
-description = "the DFC test double (tests/fakes/hailo_sdk_client)"
-
-[env]
-PYTHONPATH = "{REPO / 'tests' / 'fakes'}"
-NPY_PROMOTION_STATE = "legacy"
-CUDA_VISIBLE_DEVICES = "0"
-"""
+FAKE_DFC = FAKE_DFC_TOOLCHAIN
 # Untrained model: "Once upon a time" streams invalid-UTF-8 byte tokens (token_ids inexact),
 # "A" streams clean ones (token_ids exact); both paths are checked.
 PROMPTS = ["Once upon a time", "A"]
