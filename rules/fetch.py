@@ -9,7 +9,6 @@ Two sources:
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common.action import Action, check_outputs, fail, load_action
+from common.digest import sha256_file
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -204,14 +204,6 @@ def build_synthetic(action: Action, ckpt: Path) -> None:
 
 
 # ---------------------------------------------------------------- hub
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def scrub(text: str) -> str:

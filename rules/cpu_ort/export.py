@@ -14,22 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from common.action import check_outputs, fail, load_action, round_sig, write_json
+from common.checkpoint import load_checkpoint
 from common.determinism import ort_session, pin_torch
 
 # Fixed relative name: the traced file must not depend on the (fresh) scratch path.
 EXPORT_PATH = Path("export_work") / "model.onnx"
 SEED = 0
-
-
-def load_model(ckpt: Path) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        ckpt, dtype="float32", attn_implementation="eager", local_files_only=True
-    )
-    model.config.use_cache = False
-    return tok, model.eval()
 
 
 def logits_module(model: Any) -> Any:
@@ -115,7 +105,7 @@ def main() -> None:
     import onnx
     import torch
 
-    tok, model = load_model(action.input_dir("fetch") / "checkpoint")
+    tok, model = load_checkpoint(action.input_dir("fetch") / "checkpoint")
     module = logits_module(model)
     ids = tok(text, return_tensors="pt").input_ids.to(torch.long)
     if ids.shape[1] == 0:

@@ -40,22 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from common.action import Action, check_outputs, fail, load_action, round_sig, write_json
+from common.checkpoint import load_checkpoint
 from common.determinism import pin_torch
 
 # Fixed relative name: the traced file must not depend on the (fresh) scratch path.
 EXPORT_PATH = Path("export_work") / "model.onnx"
 SEED = 0
-
-
-def load_checkpoint(ckpt: Path) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        ckpt, dtype="float32", attn_implementation="eager", local_files_only=True
-    )
-    model.config.use_cache = False
-    return tok, model.eval()
 
 
 def special_ids(tok: Any, config: Any) -> dict[str, int | None]:
