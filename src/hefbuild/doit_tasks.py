@@ -1,4 +1,4 @@
-"""hefbuild as doit tasks: the task dicts, the file checker, the reporter and the lock.
+"""hefbuild as doit tasks: the task dicts and the actions they run.
 
 `dodo.py` calls `project_tasks(root)` and gets `DOIT_CONFIG` plus one task creator. Task
 actions and up-to-date checks are module-level functions taking (root, task) so they
@@ -7,39 +7,19 @@ survive pickling under `doit -n N -P process`.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from doit.dependency import FileChangedChecker
 from doit.exceptions import TaskFailed
-from doit.reporter import ConsoleReporter
 
+from .doit_hooks import DigestChecker, HefbuildReporter
 from .errors import HefbuildError
-from .events import Outcome, peak_rss_mb, read_json
-from .lock import ProjectLock
 from .plan import Action, artifact_task, plan_model, rule_code_files, task_name
-from .project import STATE_DIR, Project, load_project
-
-
-@cache
-def project_at(root: str) -> Project:
-    return load_project(Path(root))
-
-
-@cache
-def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `list` fast
-    from .engine import Engine
-
-    return Engine(project_at(root), progress=_to_terminal)
-
-
-def _to_terminal(line: str) -> None:
-    """Heartbeats reach the person at the terminal at once (doit buffers task stdout)."""
-    print(line, file=sys.__stderr__, flush=True)
+from .project import STATE_DIR, Project
+from .session import engine_for, project_at
 
 
 def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:
@@ -145,7 +125,6 @@ def _task_dicts(project: Project) -> Iterator[dict]:
             yield {"basename": "hef", "name": model.name, "actions": None,
                    "task_dep": [artifact_task(model)],
                    "doc": f"the HEF of {model.name} (build/{model.name}/compile/model.hef)"}
-        if model.target == "hailo10h":
             yield {"basename": "placement", "name": model.name,
                    "actions": [(save_placement, [root, model.name])],
                    "task_dep": [artifact_task(model)], "uptodate": [False],
@@ -179,91 +158,3 @@ def _rule_files_cached(rules_dir: str, rule: str) -> tuple[str, ...]:
 
 def _rule_files(rules_dir: Path, rule: str) -> list[str]:
     return list(_rule_files_cached(str(rules_dir), rule))
-
-
-class DigestChecker(FileChangedChecker):
-    """doit file_dep checker on SHA-256 content, through hefbuild's stat cache.
-
-    doit's MD5 checker trusts an unchanged mtime (missing same-size edits that restore
-    it) and re-hashes a touched file on every run until the task runs again; this one
-    re-hashes only when (size, mtime, ctime, inode) changed, once.
-    """
-
-    root: str = ""
-
-    @classmethod
-    def bound_to(cls, root: str) -> type[DigestChecker]:
-        return type("DigestChecker", (cls,), {"root": root})
-
-    def _digest(self, path: str) -> str:
-        return engine_for(self.root).stats.digest(Path(path)).hex
-
-    def check_modified(self, file_path: str, file_stat: os.stat_result, state: Any) -> bool:
-        return state != self._digest(file_path)
-
-    def get_state(self, dep: str, current_state: Any) -> str | None:
-        digest = self._digest(dep)
-        return None if digest == current_state else digest
-
-
-class HefbuildReporter(ConsoleReporter):
-    """doit's console output, plus: the project lock, `uptodate` events, one-line errors."""
-
-    root: str = ""
-
-    @classmethod
-    def bound_to(cls, root: str) -> type[HefbuildReporter]:
-        return type("HefbuildReporter", (cls,), {"root": root})
-
-    def __init__(self, outstream: Any, options: dict[str, Any]) -> None:
-        super().__init__(outstream, options)
-        self._lock = ProjectLock(Path(self.root) / STATE_DIR / "lock")
-
-    def initialize(self, tasks: dict, selected_tasks: list) -> None:
-        wait = os.environ.get("HEFBUILD_NO_WAIT", "") in ("", "0")
-        try:
-            self._lock.acquire(wait, lambda msg: print(msg, file=sys.stderr, flush=True))
-        except HefbuildError as exc:
-            print(f"ERROR: {exc}", file=sys.stderr)
-            raise SystemExit(3) from None
-        super().initialize(tasks, selected_tasks)
-
-    def skip_uptodate(self, task: Any) -> None:
-        super().skip_uptodate(task)
-        engine = engine_for(self.root)
-        checked = engine.last_check.get(task.name)
-        if checked is not None:
-            decision, seconds = checked
-            engine.events.append(task.name, decision.key.hex, Outcome.UPTODATE, seconds,
-                                 peak_rss_mb())
-        self._verdict(task)
-
-    def add_success(self, task: Any) -> None:
-        super().add_success(task)
-        self._verdict(task)
-
-    def _verdict(self, task: Any) -> None:
-        """A check's result is what the user came for: say it, whatever ran or not."""
-        if not task.name.startswith("verify:"):
-            return
-        model = task.name.split(":", 1)[1]
-        report = read_json(Path(self.root) / "build" / model / "verify" / "report.json")
-        if report is None:
-            return
-        verdict = "passed" if report.get("passed") else "FAILED"
-        self.write(f"   {task.name}: {verdict}, mean token agreement "
-                   f"{report.get('mean_agreement', 0):.2f} over {len(report.get('prompts', []))}"
-                   f" prompts (minimum {report.get('min_token_agreement')}); "
-                   f"build/{model}/verify/report.json\n")
-
-    def add_failure(self, task: Any, fail: Any) -> None:
-        if isinstance(fail, TaskFailed) and not fail.traceback:
-            self.write(f"ERROR: {fail.message}\n")  # ours: already one line, no traceback
-            return
-        super().add_failure(task, fail)
-
-    def complete_run(self) -> None:
-        try:
-            super().complete_run()
-        finally:
-            self._lock.release()

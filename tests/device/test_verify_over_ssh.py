@@ -122,6 +122,7 @@ def test_pass_is_real_agreement_cached_and_forced(bench: Bench):
     assert report["prefill"]["cosine"] > 0.99
     assert report["device"]["hailort"] == "5.3.0" and report["device"]["fake"] is True
     assert "127.0.0.1" not in json.dumps(report)  # the host never enters the report
+    assert f"{VERIFY}: passed on the HailoRT TEST DOUBLE (not a device)" in first.stdout
     log = bench.log()
     assert "WARNING: the device answered as the FAKE" in log
     assert uploads_of_hef(log) == 1

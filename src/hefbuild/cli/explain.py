@@ -19,8 +19,8 @@ class Explain(DoitCmdBase):
     cmd_options = ()
 
     def _execute(self, pos_args: list[str] | None = None) -> int:
-        from ..doit_tasks import engine_for
         from ..explain import explain_task
+        from ..session import engine_for
 
         if not pos_args:
             raise InvalidCommand("explain needs at least one task name, e.g. verify:tiny-llama")
