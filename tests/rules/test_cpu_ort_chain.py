@@ -6,7 +6,6 @@ PYTHONPATH=<repo>/rules; a successful stage's `out` becomes the read-only input 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tree_digest import sha256_tree
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "tiny-llama"
@@ -160,14 +160,6 @@ def set_writable(folder: Path, writable: bool) -> None:
         mode = path.stat().st_mode
         write = stat.S_IWUSR
         path.chmod(mode | write if writable else mode & ~(write | stat.S_IWGRP | stat.S_IWOTH))
-
-
-def sha256_tree(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")

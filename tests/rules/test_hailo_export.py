@@ -5,7 +5,6 @@ PYTHONPATH=rules), plus in-process checks that a wrong graph fails the cosine ga
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tree_digest import sha256_tree
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "rules"))
@@ -96,14 +96,6 @@ class Rules:
 class Built:
     rules: Rules
     export: Run
-
-
-def sha256_tree(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
