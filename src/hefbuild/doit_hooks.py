@@ -17,6 +17,7 @@ from .events import Outcome, peak_rss_mb, read_json
 from .lock import ProjectLock
 from .project import STATE_DIR
 from .session import engine_for
+from .summary import events_since, human_bytes, summary_line
 
 
 class DigestChecker(FileChangedChecker):
@@ -64,7 +65,11 @@ class HefbuildReporter(ConsoleReporter):
         except HefbuildError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             raise SystemExit(3) from None
+        self._events_at = _size(self._events_path())
         super().initialize(tasks, selected_tasks)
+
+    def _events_path(self) -> Path:
+        return Path(self.root) / "build" / "events.jsonl"
 
     def skip_uptodate(self, task: Any) -> None:
         super().skip_uptodate(task)
@@ -78,6 +83,10 @@ class HefbuildReporter(ConsoleReporter):
 
     def add_success(self, task: Any) -> None:
         super().add_success(task)
+        values = getattr(task, "values", None) or {}
+        if values.get("outcome") == Outcome.REMOTE.value:
+            self.write(f"   {task.name}: remote ({human_bytes(values.get('bytes', 0))} in "
+                       f"{values.get('remote_seconds', 0):.2f} s, verified)\n")
         self._verdict(task)
 
     def _verdict(self, task: Any) -> None:
@@ -105,5 +114,15 @@ class HefbuildReporter(ConsoleReporter):
     def complete_run(self) -> None:
         try:
             super().complete_run()
+            events = events_since(self._events_path(), getattr(self, "_events_at", 0))
+            if events:
+                self.write(summary_line(events) + "\n")
         finally:
             self._lock.release()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

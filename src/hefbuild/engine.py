@@ -13,19 +13,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import HefbuildError, MissingOutput, RuleFailed, SpecError, StageError
 from .events import EventLog, Outcome, peak_rss_mb, read_json
+
+if TYPE_CHECKING:
+    from .remote.cache import RemoteCache
 from .executors import ExecResult, Executor, HostExecutor, StageRun, Watch
 from .executors.host import log_tail
 from .executors.watch import MIB
 from .key import ActionKey, describe
+from .outputs import fits_declared
 from .plan import Action, plan_project, rule_code_files
 from .project import Project
 from .runtime import device_target, stage_limits
 from .statcache import StatCache
 from .store import Record, Store
+from .storelock import StoreLock, register_project
 from .toolchain import ToolchainResolver, interpreter_path
 
 MANIFEST = "manifest.json"
@@ -47,6 +52,10 @@ class Engine:
         self.actions = plan_project(project)
         self.stats = StatCache(self.paths.state / "digests.sqlite3")
         self.store = Store(self.paths.store, self.stats)
+        self.store_lock = StoreLock(self.store.root)
+        self._registered = False
+        self.warnings: list[str] = []
+        self._remote: RemoteCache | None | bool = False  # False: not set up yet
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json",
                                             self.paths.toolchains)
         # One executor per toolchain kind; a given executor (tests) serves every kind. A
@@ -160,13 +169,17 @@ class Engine:
         action = self.actions[task]
         start = time.monotonic()
         key: ActionKey | None = None
+        extra: dict[str, Any] = {}
         try:
             decision = self.decide(action)
             key = decision.key
-            outcome, record = self._realize(action, decision, force)
+            outcome, record, extra = self._realize(action, decision, force)
             if record is not None:
+                self._register()
                 manifest = _manifest(action, key, record, outcome, time.monotonic() - start)
-                self._materialize(action, record, manifest)
+                with self.store_lock.shared():
+                    self._materialize(action, record, manifest)
+                self.store.touch(key.hex)
         except SpecError:
             raise  # bad input changes nothing, not even the event log
         except BaseException as exc:
@@ -174,22 +187,74 @@ class Engine:
                                time.monotonic() - start, peak_rss_mb(), error=_one_line(exc))
             raise
         peak = record.peak_rss_mb if outcome is Outcome.BUILT else peak_rss_mb()
-        self.events.append(task, key.hex, outcome, time.monotonic() - start, peak)
-        return {"outcome": outcome.value, "key": key.hex}
+        self.events.append(task, key.hex, outcome, time.monotonic() - start, peak, **extra)
+        return {"outcome": outcome.value, "key": key.hex, **extra}
 
     def _realize(self, action: Action, decision: Decision,
-                 force: bool = False) -> tuple[Outcome, Record | None]:
-        """The record to put in build/: none when up to date, else restored or built."""
-        if force:
-            return Outcome.BUILT, self._build(action, decision.key)
-        if decision.outcome is Outcome.UPTODATE:
-            return Outcome.UPTODATE, None
-        if decision.outcome is Outcome.RESTORED:
-            record = self.store.get_record(decision.key.hex)
+                 force: bool = False) -> tuple[Outcome, Record | None, dict[str, Any]]:
+        """The record to put in build/: none when up to date, else restored, fetched or built."""
+        if decision.outcome is Outcome.UPTODATE and not force:
+            return Outcome.UPTODATE, None, {}
+        if decision.outcome is Outcome.RESTORED and not force:
+            record = self._local(decision.key)
+            if record is not None:
+                return Outcome.RESTORED, record, {}
+        key = decision.key
+        with self.store.building(key.hex, lambda: self._say_waiting(action, key)):
+            if not force:
+                found = self._local(key) or self._fetch(action, key)
+                if found is not None:
+                    return found
+            record = self._build(action, key)
+        return Outcome.BUILT, record, {}
+
+    def _local(self, key: ActionKey) -> Record | None:
+        with self.store_lock.shared():
+            record = self.store.get_record(key.hex)
             if record is not None and self.store.intact(record):
-                return Outcome.RESTORED, record
-            self.store.drop_record(decision.key.hex)  # corrupt: rebuild below
-        return Outcome.BUILT, self._build(action, decision.key)
+                return record
+            if record is not None:
+                self.store.drop_record(key.hex)  # corrupt: rebuild
+        return None
+
+    def _fetch(self, action: Action, key: ActionKey) -> tuple[Outcome, Record, dict] | None:
+        """The remote cache's verified result, now in the local store; None on a miss."""
+        remote = self.remote
+        if remote is None:
+            return None
+        with self.store_lock.shared():
+            fetched = remote.fetch(key.hex, self.store, action.task)
+            if fetched is None:
+                return None
+            if not fits_declared(fetched.record, action.outputs):
+                self.store.drop_record(key.hex)
+                self.warn(f"remote cache {remote.shown}: the entry for {action.task} names "
+                          f"outputs it does not declare; ignored, building locally")
+                return None
+        extra = {"bytes": fetched.bytes, "remote_seconds": round(fetched.seconds, 3)}
+        return Outcome.REMOTE, fetched.record, extra
+
+    @property
+    def remote(self) -> RemoteCache | None:
+        if self._remote is False:
+            cache = self.project.settings.cache
+            if cache.remote is None:
+                self._remote = None
+            else:
+                from .remote.cache import RemoteCache  # sockets and crypto only when used
+
+                self._remote = RemoteCache(cache, self.warn)
+        return self._remote or None
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        if self.progress is not None:
+            self.progress(f"[hefbuild] WARNING: {message}")
+
+    def _say_waiting(self, action: Action, key: ActionKey) -> None:
+        if self.progress is not None:
+            self.progress(f"[hefbuild] {action.task}: another process is building key "
+                          f"{key.hex[:12]}…; waiting to restore its result")
 
     def _build(self, action: Action, key: ActionKey) -> Record:
         tc = self.project.toolchains[action.toolchain]
@@ -201,14 +266,28 @@ class Engine:
                 self._keep_failed_log(action, stage.log_path)
                 raise RuleFailed(_failure_message(action, stage, result))
             outputs = self._collect_outputs(action, stage.out)
-            stored = {rel: self.store.put_file(path) for rel, path in outputs.items()}
-            log = self.store.put_file(stage.log_path)
-            record = Record(key.hex, action.stage, stored, log.digest,
-                            key.description["toolchain"], round(result.seconds, 3),
-                            round(result.peak_rss_mb, 1), key.description,
-                            round(result.cpu_seconds, 2))
-            self.store.put_record(record)
+            with self.store_lock.shared():
+                record = self._store_result(action, key, result, outputs, stage.log_path)
+        remote = self.remote
+        if remote is not None and remote.uploading:
+            remote.upload(record, self.store)
         return record
+
+    def _store_result(self, action: Action, key: ActionKey, result: ExecResult,
+                      outputs: dict[str, Path], log_path: Path) -> Record:
+        stored = {rel: self.store.put_file(path) for rel, path in outputs.items()}
+        log = self.store.put_file(log_path)
+        record = Record(key.hex, action.stage, stored, log.digest,
+                        key.description["toolchain"], round(result.seconds, 3),
+                        round(result.peak_rss_mb, 1), key.description,
+                        round(result.cpu_seconds, 2), round(time.time(), 3))
+        self.store.put_record(record)
+        return record
+
+    def _register(self) -> None:
+        if not self._registered:
+            register_project(self.store.root, self.paths.root)
+            self._registered = True
 
     def _stage_run(self, action: Action, key: ActionKey, scratch: Path) -> StageRun:
         for sub in ("out", "work"):

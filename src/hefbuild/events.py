@@ -14,6 +14,7 @@ from typing import Any
 class Outcome(str, Enum):
     BUILT = "built"
     RESTORED = "restored"
+    REMOTE = "remote"  # fetched from the remote cache, verified, now in the local store
     UPTODATE = "uptodate"
     FAILED = "failed"
 

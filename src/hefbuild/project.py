@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import SpecError
+from .settings import Settings, load_settings
 from .specs import COMMIT_RE, SHA256_RE, ModelSpec, ToolchainSpec, load_model, load_toolchain
 
 STATE_DIR = ".hefbuild"
@@ -52,6 +53,7 @@ class Project:
     paths: ProjectPaths
     models: dict[str, ModelSpec]
     toolchains: dict[str, ToolchainSpec]
+    settings: Settings = Settings()
 
 
 def load_project(root: Path, store: Path | None = None) -> Project:
@@ -64,7 +66,7 @@ def load_project(root: Path, store: Path | None = None) -> Project:
     for path in sorted(paths.models.glob("*.toml")):
         model = load_model(path, root, set(toolchains))
         models[model.name] = _with_lock(model, path.with_suffix(".lock.json"), root)
-    return Project(paths, models, toolchains)
+    return Project(paths, models, toolchains, load_settings(root))
 
 
 def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:

@@ -6,6 +6,13 @@ On-disk layout (format v1), under the store root:
     v1/results/<k[:2]>/<k>.json  one record per action key (see `Record`)
     v1/tmp/                      scratch dirs and temp files; same filesystem, so every
                                  publish is a rename, atomic
+    v1/locks/<k[:2]>/<k>.lock    held (flock) by the one process building key k, so two
+                                 builders of one key build it once
+    v1/projects/<id>.json        the projects whose build/ links objects (for `doit gc`)
+    v1/gc.lock                   shared by writers, exclusive for `doit gc`
+
+A record's mtime is its last use (build, restore, remote fetch): `doit gc` drops the
+least recently used first.
 
 Invariants: an object's name is the SHA-256 of its bytes; a record is written only after
 every object it names is in place, so a crash at any point leaves either no record or a
@@ -15,15 +22,16 @@ cheaply via the stat cache) is deleted and its record treated as a miss.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .digest import Digest, sha256_file
 from .errors import StoreError
@@ -49,6 +57,7 @@ class Record:
     peak_rss_mb: float
     description: dict[str, Any] = field(default_factory=dict)
     cpu_seconds: float = 0.0
+    finished_at: float = 0.0  # unix time the rule finished (the remote entry's metadata)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, indent=1)
@@ -120,6 +129,47 @@ class Store:
         shutil.copyfile(path, tmp)
         os.chmod(tmp, 0o444)
         return Path(tmp)
+
+    @contextmanager
+    def incoming(self) -> Iterator[tuple[Path, IO[bytes]]]:
+        """A temp file in the store being written by a download; gone unless adopted."""
+        self._dirs()
+        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp", prefix="incoming-")
+        out = os.fdopen(fd, "wb")
+        try:
+            yield Path(tmp), out
+        finally:
+            out.close()
+            Path(tmp).unlink(missing_ok=True)
+
+    def put_verified(self, path: Path, digest: str) -> None:
+        """Adopt a file whose SHA-256 the caller just computed while writing it."""
+        dest = self.object_path(digest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o444)
+        os.replace(path, dest)
+        self._stats.remember(dest, Digest(digest))
+
+    def touch(self, key: str) -> None:
+        """Mark a record as used now (least recently used records are collected first)."""
+        with suppress(OSError):
+            os.utime(self._record_path(key))
+
+    @contextmanager
+    def building(self, key: str, on_wait: Callable[[], None]) -> Iterator[None]:
+        """Held while one process builds `key`; a second builder waits, then finds it."""
+        path = self.root / "locks" / key[:2] / f"{key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                on_wait()
+                fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def put_record(self, record: Record) -> None:
         """Publish a record; its objects must already be in place."""

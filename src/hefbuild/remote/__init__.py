@@ -1,0 +1,1 @@
+"""Remote caching: sharing build results through a Bazel HTTP remote cache."""

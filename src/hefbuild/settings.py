@@ -1,0 +1,209 @@
+"""Project settings: `hefbuild.toml` at the project root, overridden by the environment.
+
+Settings say where results are shared and who may write them; they never enter a key (a
+result is the same wherever it is cached). Credentials are read from the environment or
+`~/.netrc` only, never from the committed file, and are kept apart from the URL that
+messages show.
+
+    [cache]
+    remote = "https://cache.example.org/hefbuild"   # or file:///mnt/shared/hefbuild-cache
+    upload = false                                   # developers read, CI writes
+    timeout = "30s"                                  # idle timeout of every request
+    trusted_keys = ["ci-2026:BASE64PUBLICKEY"]       # accept only entries signed by these
+    signing_key = "/path/to/ci.secret"               # sign uploads (usually from the env)
+
+Environment (CI runners): HEFBUILD_REMOTE_CACHE, HEFBUILD_REMOTE_UPLOAD,
+HEFBUILD_REMOTE_TIMEOUT, HEFBUILD_TRUSTED_KEYS (comma-separated), HEFBUILD_SIGNING_KEY (a
+key file), HEFBUILD_REMOTE_TOKEN (bearer), HEFBUILD_REMOTE_USER + HEFBUILD_REMOTE_PASSWORD
+(basic), HEFBUILD_REMOTE_CA_BUNDLE (PEM file).
+"""
+
+from __future__ import annotations
+
+import netrc
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import SpecError
+from .params import parse_duration
+
+SETTINGS_FILE = "hefbuild.toml"
+DEFAULT_TIMEOUT_S = 30.0
+_KEY_RE = re.compile(r"^[A-Za-z0-9._-]+:[A-Za-z0-9+/]{43}=$")  # name:base64(32 bytes)
+_CACHE_KEYS = {"remote", "upload", "timeout", "trusted_keys", "signing_key", "ca_bundle"}
+_SECRET_KEYS = {"token", "password", "user", "username", "auth"}
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How to authenticate to the cache; never printed, logged or stored."""
+
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+
+    def __repr__(self) -> str:  # a stray debug print must not leak them
+        return "Credentials(<hidden>)"
+
+    @property
+    def present(self) -> bool:
+        return bool(self.token or self.user)
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    remote: str | None = None  # base URL without credentials
+    upload: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    trusted_keys: tuple[str, ...] = ()
+    signing_key: Path | None = None
+    ca_bundle: Path | None = None
+    credentials: Credentials = field(default_factory=Credentials)
+
+    @property
+    def shown(self) -> str:
+        """The cache as messages name it: scheme, host and path, nothing secret."""
+        return self.remote or "(none)"
+
+
+@dataclass(frozen=True)
+class Settings:
+    cache: CacheSettings = field(default_factory=CacheSettings)
+
+
+def load_settings(root: Path, env: dict[str, str] | None = None) -> Settings:
+    env = dict(os.environ) if env is None else env
+    path = root / SETTINGS_FILE
+    doc = _read(path) if path.is_file() else {}
+    unknown = set(doc) - {"cache"}
+    if unknown:
+        raise SpecError(SETTINGS_FILE, sorted(unknown)[0], "unknown table (expected: cache)")
+    table = doc.get("cache", {})
+    if not isinstance(table, dict):
+        raise SpecError(SETTINGS_FILE, "cache", f"a table, got {type(table).__name__}")
+    return Settings(_cache(table, env, root))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    from .specs import read_toml  # specs imports params only; no cycle at call time
+
+    return read_toml(path, SETTINGS_FILE)
+
+
+def _cache(table: dict[str, Any], env: dict[str, str], root: Path) -> CacheSettings:
+    for key in table:
+        if key in _SECRET_KEYS:
+            raise SpecError(SETTINGS_FILE, f"cache.{key}", "no credentials in a committed file: "
+                            "set HEFBUILD_REMOTE_TOKEN (or _USER/_PASSWORD) or use ~/.netrc")
+        if key not in _CACHE_KEYS:
+            raise SpecError(SETTINGS_FILE, f"cache.{key}", "unknown key (expected one of: "
+                            + ", ".join(sorted(_CACHE_KEYS)) + ")")
+    remote, url_creds = _remote(env.get("HEFBUILD_REMOTE_CACHE", table.get("remote")), env)
+    return CacheSettings(
+        remote=remote,
+        upload=_upload(env.get("HEFBUILD_REMOTE_UPLOAD", table.get("upload", False))),
+        timeout_s=_timeout(env.get("HEFBUILD_REMOTE_TIMEOUT", table.get("timeout"))),
+        trusted_keys=_trusted(env.get("HEFBUILD_TRUSTED_KEYS", table.get("trusted_keys", []))),
+        signing_key=_file(env.get("HEFBUILD_SIGNING_KEY", table.get("signing_key")),
+                          "signing_key", root),
+        ca_bundle=_file(env.get("HEFBUILD_REMOTE_CA_BUNDLE", table.get("ca_bundle")),
+                        "ca_bundle", root),
+        credentials=_credentials(remote, url_creds, env),
+    )
+
+
+def _remote(value: Any, env: dict[str, str]) -> tuple[str | None, Credentials]:
+    """The base URL with any `user:password@` moved out of it; '' switches the remote off."""
+    if value is None or value == "":
+        return None, Credentials()
+    where = "HEFBUILD_REMOTE_CACHE" if "HEFBUILD_REMOTE_CACHE" in env else "cache.remote"
+    if not isinstance(value, str):
+        raise SpecError(SETTINGS_FILE, where, "an http(s):// or file:// URL")
+    parts = urlsplit(value)
+    if parts.scheme == "file":
+        if not parts.path.startswith("/") or parts.netloc not in ("", "localhost"):
+            raise SpecError(SETTINGS_FILE, where, "a file:///absolute/path URL")
+        return f"file://{parts.path.rstrip('/') or '/'}", Credentials()
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SpecError(SETTINGS_FILE, where, f"an http(s):// or file:// URL, got scheme "
+                        f"{parts.scheme or '(none)'!r}")
+    creds = Credentials(user=parts.username, password=parts.password) if parts.username \
+        else Credentials()
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    if ":" in parts.hostname:
+        host = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", "")), creds
+
+
+def _upload(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise SpecError(SETTINGS_FILE, "cache.upload (or HEFBUILD_REMOTE_UPLOAD)",
+                    f"true or false, got {value!r}")
+
+
+def _timeout(value: Any) -> float:
+    if value is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = parse_duration(value)
+    except (TypeError, ValueError):
+        seconds = None
+    if seconds is None or not 0 < seconds <= 3600:
+        raise SpecError(SETTINGS_FILE, "cache.timeout (or HEFBUILD_REMOTE_TIMEOUT)",
+                        f"a duration between 0 and 1h like \"30s\", got {value!r}")
+    return float(seconds)
+
+
+def _trusted(value: Any) -> tuple[str, ...]:
+    keys = [k.strip() for k in value.split(",") if k.strip()] if isinstance(value, str) \
+        else value
+    if not isinstance(keys, list) or not all(isinstance(k, str) and _KEY_RE.match(k)
+                                             for k in keys):
+        raise SpecError(SETTINGS_FILE, "cache.trusted_keys (or HEFBUILD_TRUSTED_KEYS)",
+                        "a list of public keys 'name:BASE64' (see `doit cache-key`)")
+    return tuple(keys)
+
+
+def _file(value: Any, key: str, root: Path) -> Path | None:
+    if value is None or value == "":
+        return None
+    path = (root / Path(str(value)).expanduser()) if isinstance(value, str) else None
+    if path is None or not path.is_file():
+        raise SpecError(SETTINGS_FILE, f"cache.{key}", f"an existing file, got {value!r}")
+    return path
+
+
+def _credentials(remote: str | None, from_url: Credentials,
+                 env: dict[str, str]) -> Credentials:
+    if remote is None or remote.startswith("file://"):
+        return Credentials()
+    if env.get("HEFBUILD_REMOTE_TOKEN"):
+        return Credentials(token=env["HEFBUILD_REMOTE_TOKEN"])
+    if env.get("HEFBUILD_REMOTE_USER"):
+        return Credentials(user=env["HEFBUILD_REMOTE_USER"],
+                           password=env.get("HEFBUILD_REMOTE_PASSWORD", ""))
+    if from_url.present:
+        return from_url
+    return _from_netrc(urlsplit(remote).hostname or "", env)
+
+
+def _from_netrc(host: str, env: dict[str, str]) -> Credentials:
+    path = Path(env.get("NETRC") or Path(env.get("HOME", str(Path.home()))) / ".netrc")
+    try:
+        found = netrc.netrc(str(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return Credentials()
+    if not found:
+        return Credentials()
+    login, _account, password = found
+    return Credentials(user=login or "", password=password or "")

@@ -1,0 +1,60 @@
+"""Fixtures for the remote-cache tests: a real nginx WebDAV server on 127.0.0.1 as the cache.
+
+Skipped when /usr/sbin/nginx is missing, unless CI=true (then they fail: `.ci/nginx-up`
+installs nginx and the dav_ext module).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fakes.cache_server import NGINX, NginxCache, SilentServer
+
+
+def require_nginx() -> None:
+    if not Path(NGINX).is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{NGINX} missing on CI: run .ci/nginx-up first")
+        pytest.skip(f"{NGINX} is missing (run .ci/nginx-up, or apt-get install nginx "
+                    "libnginx-mod-http-dav-ext)")
+
+
+@pytest.fixture
+def make_cache(tmp_path: Path) -> Iterator[Callable[..., NginxCache]]:
+    """make_cache(**NginxCache options) -> a started NginxCache; all stopped after the test."""
+    require_nginx()
+    made: list[NginxCache] = []
+
+    def make(**options: object) -> NginxCache:
+        options.setdefault("root", tmp_path / f"nginx-{len(made)}")
+        cache = NginxCache(**options)  # type: ignore[arg-type]
+        made.append(cache)
+        return cache.start()
+
+    try:
+        yield make
+    finally:
+        errors = []
+        for cache in made:
+            try:
+                cache.stop()
+            except Exception as exc:  # stop the others regardless
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+@pytest.fixture
+def nginx_cache(make_cache: Callable[..., NginxCache]) -> NginxCache:
+    """A started NginxCache with no auth and no injected failures."""
+    return make_cache()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    """A started SilentServer: accepts connections on 127.0.0.1 and never answers."""
+    with SilentServer() as server:
+        yield server
