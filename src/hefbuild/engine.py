@@ -169,70 +169,86 @@ class Engine:
         action = self.actions[task]
         start = time.monotonic()
         key: ActionKey | None = None
-        extra: dict[str, Any] = {}
         try:
             decision = self.decide(action)
             key = decision.key
-            outcome, record, extra = self._realize(action, decision, force)
-            if record is not None:
-                self._register()
-                manifest = _manifest(action, key, record, outcome, time.monotonic() - start)
-                with self.store_lock.shared():
-                    self._materialize(action, record, manifest)
-                self.store.touch(key.hex)
+            outcome, record, extra = self._realize(action, decision, force, start)
         except SpecError:
             raise  # bad input changes nothing, not even the event log
         except BaseException as exc:
             self.events.append(task, key.hex if key else None, Outcome.FAILED,
                                time.monotonic() - start, peak_rss_mb(), error=_one_line(exc))
             raise
-        peak = record.peak_rss_mb if outcome is Outcome.BUILT else peak_rss_mb()
+        peak = record.peak_rss_mb if record and outcome is Outcome.BUILT else peak_rss_mb()
         self.events.append(task, key.hex, outcome, time.monotonic() - start, peak, **extra)
         return {"outcome": outcome.value, "key": key.hex, **extra}
 
-    def _realize(self, action: Action, decision: Decision,
-                 force: bool = False) -> tuple[Outcome, Record | None, dict[str, Any]]:
-        """The record to put in build/: none when up to date, else restored, fetched or built."""
+    def _realize(self, action: Action, decision: Decision, force: bool,
+                 start: float) -> tuple[Outcome, Record | None, dict[str, Any]]:
+        """Leave build/ as it is, or put a restored, fetched or built record in it.
+
+        Each result is verified (or stored) and linked into build/ inside one shared window
+        of the store lock, so `doit gc` never sees it unpinned in between.
+        """
+        key = decision.key
         if decision.outcome is Outcome.UPTODATE and not force:
             return Outcome.UPTODATE, None, {}
         if decision.outcome is Outcome.RESTORED and not force:
-            record = self._local(decision.key)
-            if record is not None:
-                return Outcome.RESTORED, record, {}
-        key = decision.key
+            with self.store_lock.shared():
+                record = self._local(key)
+                if record is not None:
+                    return self._install(action, key, Outcome.RESTORED, record, {}, start)
         with self.store.building(key.hex, lambda: self._say_waiting(action, key)):
             if not force:
-                found = self._local(key) or self._fetch(action, key)
-                if found is not None:
-                    return found
-            record = self._build(action, key)
+                with self.store_lock.shared():
+                    found = self._local(key)
+                    if found is not None:  # another process built it while we waited
+                        return self._install(action, key, Outcome.RESTORED, found, {}, start)
+                    fetched = self._fetch(action, key)
+                    if fetched is not None:
+                        return self._install(action, key, Outcome.REMOTE, *fetched, start)
+            record = self._build(action, key, start)
+        self._upload(record)
         return Outcome.BUILT, record, {}
 
+    def _install(self, action: Action, key: ActionKey, outcome: Outcome, record: Record,
+                 extra: dict[str, Any], start: float,
+                 ) -> tuple[Outcome, Record, dict[str, Any]]:
+        self._register()
+        manifest = _manifest(action, key, record, outcome, time.monotonic() - start)
+        self._materialize(action, record, manifest)
+        self.store.touch(key.hex)
+        return outcome, record, extra
+
     def _local(self, key: ActionKey) -> Record | None:
-        with self.store_lock.shared():
-            record = self.store.get_record(key.hex)
-            if record is not None and self.store.intact(record):
-                return record
-            if record is not None:
-                self.store.drop_record(key.hex)  # corrupt: rebuild
+        record = self.store.get_record(key.hex)
+        if record is not None and self.store.intact(record):
+            return record
+        if record is not None:
+            self.store.drop_record(key.hex)  # corrupt: rebuild
         return None
 
-    def _fetch(self, action: Action, key: ActionKey) -> tuple[Outcome, Record, dict] | None:
+    def _fetch(self, action: Action, key: ActionKey) -> tuple[Record, dict[str, Any]] | None:
         """The remote cache's verified result, now in the local store; None on a miss."""
         remote = self.remote
         if remote is None:
             return None
-        with self.store_lock.shared():
-            fetched = remote.fetch(key.hex, self.store, action.task)
-            if fetched is None:
-                return None
-            if not fits_declared(fetched.record, action.outputs):
-                self.store.drop_record(key.hex)
-                self.warn(f"remote cache {remote.shown}: the entry for {action.task} names "
-                          f"outputs it does not declare; ignored, building locally")
-                return None
-        extra = {"bytes": fetched.bytes, "remote_seconds": round(fetched.seconds, 3)}
-        return Outcome.REMOTE, fetched.record, extra
+        fetched = remote.fetch(key.hex, self.store, action.task)
+        if fetched is None:
+            return None
+        if not fits_declared(fetched.record, action.outputs):
+            self.store.drop_record(key.hex)
+            self.warn(f"remote cache {remote.shown}: the entry for {action.task} names "
+                      f"outputs it does not declare; ignored, building locally")
+            return None
+        return fetched.record, {"bytes": fetched.bytes,
+                                "remote_seconds": round(fetched.seconds, 3)}
+
+    def _upload(self, record: Record) -> None:
+        """After the result is linked in build/ (so pinned against gc), share it."""
+        remote = self.remote
+        if remote is not None and remote.uploading:
+            remote.upload(record, self.store)
 
     @property
     def remote(self) -> RemoteCache | None:
@@ -256,7 +272,7 @@ class Engine:
             self.progress(f"[hefbuild] {action.task}: another process is building key "
                           f"{key.hex[:12]}…; waiting to restore its result")
 
-    def _build(self, action: Action, key: ActionKey) -> Record:
+    def _build(self, action: Action, key: ActionKey, start: float) -> Record:
         tc = self.project.toolchains[action.toolchain]
         self.toolchains.check(tc)
         with self.store.scratch() as scratch:
@@ -268,9 +284,7 @@ class Engine:
             outputs = self._collect_outputs(action, stage.out)
             with self.store_lock.shared():
                 record = self._store_result(action, key, result, outputs, stage.log_path)
-        remote = self.remote
-        if remote is not None and remote.uploading:
-            remote.upload(record, self.store)
+                self._install(action, key, Outcome.BUILT, record, {}, start)
         return record
 
     def _store_result(self, action: Action, key: ActionKey, result: ExecResult,

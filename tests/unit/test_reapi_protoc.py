@@ -6,14 +6,13 @@ independent encoder and parser, so agreeing with them byte for byte proves the w
 
 from __future__ import annotations
 
-import importlib.resources
-import importlib.util
 import random
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from fakes.reapi_proto import compile_reapi_subset
 
 from hefbuild.remote.reapi import (
     ActionResultMessage,
@@ -24,7 +23,7 @@ from hefbuild.remote.reapi import (
     encode_action_result,
 )
 
-protoc = pytest.importorskip("grpc_tools.protoc")
+pytest.importorskip("grpc_tools.protoc")
 
 HERE = Path(__file__).parent
 A, B, C = "a" * 64, "0123456789abcdef" * 4, "f" * 64
@@ -38,15 +37,7 @@ TIMES = {
 
 @pytest.fixture(scope="module")
 def pb(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    out = tmp_path_factory.mktemp("reapi_pb2")
-    include = importlib.resources.files("grpc_tools") / "_proto"
-    args = ["protoc", f"-I{HERE}", f"-I{include}", f"--python_out={out}", "reapi_subset.proto"]
-    assert protoc.main(args) == 0
-    spec = importlib.util.spec_from_file_location("reapi_subset_pb2", out / "reapi_subset_pb2.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return compile_reapi_subset(tmp_path_factory.mktemp("reapi_pb2"))
 
 
 def split(t: float) -> tuple[int, int]:

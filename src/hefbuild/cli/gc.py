@@ -1,0 +1,124 @@
+"""`doit gc --max-size 10G --max-age 30d [--dry-run]`: keep the local store bounded;
+`doit store`: where it is, how big, and which results fill it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from doit.cmd_base import DoitCmdBase
+from doit.exceptions import InvalidCommand
+
+from ..errors import HefbuildError
+from ..gc import (
+    GcPlan,
+    GcPolicy,
+    StoreSummary,
+    collect,
+    parse_age,
+    parse_size,
+    store_summary,
+)
+from ..session import project_at
+from ..store import STORE_FORMAT
+
+OPT_MAX_SIZE = {
+    "name": "max_size", "long": "max-size", "type": str, "default": "", "metavar": "SIZE",
+    "help": "shrink the store to SIZE (e.g. 10G, 500M, 2.5GiB, 0), least recently used first",
+}
+OPT_MAX_AGE = {
+    "name": "max_age", "long": "max-age", "type": str, "default": "", "metavar": "AGE",
+    "help": "delete results not used for AGE (e.g. 30d, 12h)",
+}
+OPT_DRY_RUN = {
+    "name": "dry_run", "long": "dry-run", "type": bool, "default": False,
+    "help": "say what would be deleted, delete nothing",
+}
+
+
+def format_size(n: int) -> str:
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while power < len(units) - 1 and n >= 1024 ** (power + 1):
+        power += 1
+    return f"{n} B" if power == 0 else f"{n / 1024**power:.1f} {units[power]}"
+
+
+def _v1_root() -> Path:
+    # doit has changed into the dodo.py folder by now: that is the project root.
+    return project_at(str(Path.cwd().absolute())).paths.store / STORE_FORMAT
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class Gc(DoitCmdBase):
+    name = "gc"
+    doc_purpose = "delete store results and objects no build/ uses, least recently used first"
+    doc_usage = "[--max-size SIZE] [--max-age AGE] [--dry-run]"
+    doc_description = ("Outputs linked from a build/ folder (of any project on this machine) "
+                       "are never deleted. At least one of --max-size and --max-age is needed.")
+    cmd_options = (OPT_MAX_SIZE, OPT_MAX_AGE, OPT_DRY_RUN)
+
+    def _execute(self, max_size: str, max_age: str, dry_run: bool,
+                 pos_args: list[str] | None = None) -> int:
+        if pos_args:
+            raise InvalidCommand(f"gc takes no task names, got {' '.join(pos_args)}")
+        if not max_size and not max_age:
+            raise InvalidCommand("gc needs a limit: --max-size SIZE (e.g. 10G) "
+                                 "and/or --max-age AGE (e.g. 30d)")
+        try:
+            policy = GcPolicy(parse_size(max_size) if max_size else None,
+                              parse_age(max_age) if max_age else None, time.time())
+            plan = collect(_v1_root(), policy, dry_run=dry_run, on_wait=_say)
+        except HefbuildError as exc:
+            raise InvalidCommand(str(exc)) from exc
+        self.outstream.write(gc_line(plan, dry_run) + "\n")
+        return 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def gc_line(plan: GcPlan, dry_run: bool) -> str:
+    verb, kept = ("would remove", "would keep") if dry_run else ("removed", "kept")
+    return (f"gc: {verb} {_count(len(plan.drop_records), 'result')} and "
+            f"{_count(len(plan.drop_objects), 'object')}, {format_size(plan.freed_bytes)} "
+            f"freed; {kept} {format_size(plan.kept_bytes)} "
+            f"({_count(plan.pinned_records, 'result')} and "
+            f"{_count(plan.pinned_objects, 'object')} pinned by build/ folders)")
+
+
+class StoreInfo(DoitCmdBase):
+    name = "store"
+    doc_purpose = "show where the store is, its size, and its largest results"
+    doc_usage = ""
+    doc_description = None
+    cmd_options = ()
+
+    def _execute(self, pos_args: list[str] | None = None) -> int:
+        if pos_args:
+            raise InvalidCommand(f"store takes no arguments, got {' '.join(pos_args)}")
+        try:
+            summary = store_summary(_v1_root())
+        except HefbuildError as exc:
+            raise InvalidCommand(str(exc)) from exc
+        self.outstream.write("\n".join(store_lines(summary)) + "\n")
+        return 0
+
+
+def store_lines(summary: StoreSummary) -> list[str]:
+    lines = [f"store: {summary.root}",
+             f"size: {format_size(summary.total_bytes)} in {_count(summary.objects, 'object')}, "
+             f"{_count(summary.records, 'result')}"]
+    if summary.largest:
+        lines += ["largest results:",
+                  f"  {'size':>10}  {'last used':<16}  {'stage':<10}  key"]
+    for rec in summary.largest:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(rec.last_used))
+        lines.append(f"  {format_size(rec.size):>10}  {used:<16}  {rec.stage:<10}  "
+                     f"{rec.key[:16]}")
+    return lines

@@ -1,0 +1,26 @@
+"""Protobuf classes compiled at test time from `tests/unit/reapi_subset.proto`, an excerpt
+of the public remote_execution.proto: a parser of ActionResult independent of hefbuild's."""
+
+from __future__ import annotations
+
+import importlib.resources
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+PROTO_DIR = Path(__file__).resolve().parents[1] / "unit"
+
+
+def compile_reapi_subset(out: Path) -> ModuleType:
+    from grpc_tools import protoc
+
+    include = importlib.resources.files("grpc_tools") / "_proto"
+    args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out}",
+            "reapi_subset.proto"]
+    if protoc.main(args) != 0:
+        raise RuntimeError("protoc failed on reapi_subset.proto")
+    spec = importlib.util.spec_from_file_location("reapi_subset_pb2", out / "reapi_subset_pb2.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
