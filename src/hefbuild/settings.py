@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .errors import SpecError
 from .params import parse_duration
@@ -102,6 +102,8 @@ def _cache(table: dict[str, Any], env: dict[str, str], root: Path) -> CacheSetti
         if key not in _CACHE_KEYS:
             raise SpecError(SETTINGS_FILE, f"cache.{key}", "unknown key (expected one of: "
                             + ", ".join(sorted(_CACHE_KEYS)) + ")")
+    if isinstance(table.get("remote"), str) and "@" in urlsplit(table["remote"]).netloc:
+        _remote(table["remote"], {})  # refused even when the environment overrides it
     remote, url_creds = _remote(env.get("HEFBUILD_REMOTE_CACHE", table.get("remote")), env)
     return CacheSettings(
         remote=remote,
@@ -124,6 +126,11 @@ def _remote(value: Any, env: dict[str, str]) -> tuple[str | None, Credentials]:
     if not isinstance(value, str):
         raise SpecError(SETTINGS_FILE, where, "an http(s):// or file:// URL")
     parts = urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        raise SpecError(SETTINGS_FILE, where, f"a URL with a port 1-65535, got "
+                        f"{parts.netloc.rpartition('@')[2]!r}") from None
     if parts.scheme == "file":
         if not parts.path.startswith("/") or parts.netloc not in ("", "localhost"):
             raise SpecError(SETTINGS_FILE, where, "a file:///absolute/path URL")
@@ -131,11 +138,15 @@ def _remote(value: Any, env: dict[str, str]) -> tuple[str | None, Credentials]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SpecError(SETTINGS_FILE, where, f"an http(s):// or file:// URL, got scheme "
                         f"{parts.scheme or '(none)'!r}")
-    creds = Credentials(user=parts.username, password=parts.password) if parts.username \
+    if parts.username and where == "cache.remote":
+        raise SpecError(SETTINGS_FILE, where, "a URL without user:password@ (a committed file "
+                        "holds no credentials: set HEFBUILD_REMOTE_CACHE, "
+                        "HEFBUILD_REMOTE_USER/_PASSWORD or use ~/.netrc)")
+    password = None if parts.password is None else unquote(parts.password)
+    creds = Credentials(user=unquote(parts.username), password=password) if parts.username \
         else Credentials()
-    host = parts.hostname + (f":{parts.port}" if parts.port else "")
-    if ":" in parts.hostname:
-        host = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port else "")
+    name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    host = name + (f":{port}" if port else "")
     return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", "")), creds
 
 

@@ -15,6 +15,7 @@ def compile_reapi_subset(out: Path) -> ModuleType:
     from grpc_tools import protoc
 
     include = importlib.resources.files("grpc_tools") / "_proto"
+    out.mkdir(parents=True, exist_ok=True)
     args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out}",
             "reapi_subset.proto"]
     if protoc.main(args) != 0:

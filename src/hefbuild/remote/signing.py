@@ -16,7 +16,6 @@ Generate a key pair:  doit cache-key NAME  (or  python -m hefbuild.remote.signin
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 import sys
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ class SigningKey:
         try:
             name, _, b64 = path.read_text().strip().partition(":")
             seed = base64.b64decode(b64, validate=True)
-        except (OSError, UnicodeDecodeError, binascii.Error) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: binascii.Error, non-ASCII text
             raise SpecError(shown, "", "a file holding 'name:BASE64' (see `doit cache-key`)") \
                 from exc
         if not name or len(seed) != 32:
@@ -77,7 +76,7 @@ def verify(signature: str, action_key: str, record_digest: str,
     name, _, b64 = signature.partition(":")
     try:
         raw_sig = base64.b64decode(b64, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or text that is not ASCII (from a hostile server)
         return None
     for key in trusted:
         key_name, _, key_b64 = key.partition(":")
@@ -110,6 +109,8 @@ def generate(name: str, path: Path) -> str:
     except FileExistsError:
         raise SpecError(str(path), "", "exists already; a key file is never overwritten") \
             from None
+    except OSError as exc:
+        raise SpecError(str(path), "", f"cannot be written ({exc.strerror})") from None
     with os.fdopen(fd, "w") as f:
         f.write(f"{name}:{base64.b64encode(seed).decode()}\n")
     return SigningKey(name, seed).public()
