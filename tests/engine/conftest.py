@@ -15,7 +15,7 @@ from fakes.fake_executor import FakeExecutor
 from hefbuild.engine import Engine
 from hefbuild.project import load_project
 
-from .helpers import HOST_TOML, MODEL, REPO, RULES, TASKS, run_all
+from .helpers import TASKS, make_tiny_project, run_all
 from .oracle import assert_oracle
 
 
@@ -36,17 +36,7 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def root(workdir: Path) -> Path:
-    root = workdir / "proj"
-    (root / "models").mkdir(parents=True)
-    shutil.copy(REPO / "models" / f"{MODEL}.toml", root / "models")
-    (root / "toolchain").mkdir()
-    (root / "toolchain" / "host.toml").write_text(HOST_TOML)
-    shutil.copytree(REPO / "data", root / "data")
-    for rule in RULES:
-        path = root / "rules" / rule
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# dummy rule {rule}: hashed into keys, never run\n")
-    return root
+    return make_tiny_project(workdir / "proj")
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from hefbuild.engine import Engine
@@ -22,6 +23,20 @@ interpreter = "current"
 [env]
 PYTHONHASHSEED = "0"
 """
+
+
+def make_tiny_project(root: Path) -> Path:
+    """tiny-llama with a host toolchain and dummy rules (hashed into keys, never run)."""
+    (root / "models").mkdir(parents=True)
+    shutil.copy(REPO / "models" / f"{MODEL}.toml", root / "models")
+    (root / "toolchain").mkdir()
+    (root / "toolchain" / "host.toml").write_text(HOST_TOML)
+    shutil.copytree(REPO / "data", root / "data")
+    for rule in RULES:
+        path = root / "rules" / rule
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# dummy rule {rule}: hashed into keys, never run\n")
+    return root
 
 
 def run_all(engine: Engine) -> list[str]:

@@ -22,6 +22,15 @@ def require_nginx() -> None:
                     "libnginx-mod-http-dav-ext)")
 
 
+@pytest.fixture(autouse=True)
+def _no_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's own cache settings must not reach the engines these tests make."""
+    for name in list(os.environ):
+        if name.startswith("HEFBUILD_REMOTE") or name in ("HEFBUILD_SIGNING_KEY",
+                                                         "HEFBUILD_TRUSTED_KEYS"):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def make_cache(tmp_path: Path) -> Iterator[Callable[..., NginxCache]]:
     """make_cache(**NginxCache options) -> a started NginxCache; all stopped after the test."""

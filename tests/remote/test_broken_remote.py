@@ -6,7 +6,6 @@ accepts and never answers; plus what must never leak: the token, in any file or 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -15,14 +14,6 @@ from fakes.cache_server import SilentServer
 from fakes.fake_executor import FakeExecutor
 
 from .helpers import TASKS, cache_toml, engine, make_project, run_all
-
-
-@pytest.fixture(autouse=True)
-def _no_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("HEFBUILD_REMOTE") or name in ("HEFBUILD_SIGNING_KEY",
-                                                         "HEFBUILD_TRUSTED_KEYS"):
-            monkeypatch.delenv(name)
 
 
 def build_with(tmp_path: Path, url: str, upload: bool = False, name: str = "p"):  # noqa: ANN201

@@ -24,14 +24,6 @@ from hefbuild.remote.signing import generate
 from .helpers import MODEL, TASKS, cache_toml, engine, make_project, run_all
 
 
-@pytest.fixture(autouse=True)
-def _no_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("HEFBUILD_REMOTE") or name in ("HEFBUILD_SIGNING_KEY",
-                                                         "HEFBUILD_TRUSTED_KEYS"):
-            monkeypatch.delenv(name)
-
-
 @dataclass
 class Remote:
     url: str

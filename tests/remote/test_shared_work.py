@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import subprocess
 import sys
 import time
@@ -20,14 +19,6 @@ from hefbuild.executors import ExecResult, StageRun
 from .helpers import MODEL, TASKS, cache_toml, engine, make_project, run_all
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _no_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("HEFBUILD_REMOTE") or name in ("HEFBUILD_SIGNING_KEY",
-                                                         "HEFBUILD_TRUSTED_KEYS"):
-            monkeypatch.delenv(name)
 
 
 class SlowExecutor(FakeExecutor):
