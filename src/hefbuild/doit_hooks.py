@@ -13,11 +13,11 @@ from doit.exceptions import TaskFailed
 from doit.reporter import ConsoleReporter
 
 from .errors import HefbuildError
-from .events import Outcome, peak_rss_mb, read_json
+from .events import EventLog, Outcome, rotate
 from .lock import ProjectLock
 from .project import STATE_DIR
 from .session import engine_for
-from .summary import events_since, human_bytes, summary_line
+from .summary import check_verdict, events_since, human_bytes, outcome_counts, summary_line
 
 
 class DigestChecker(FileChangedChecker):
@@ -65,7 +65,9 @@ class HefbuildReporter(ConsoleReporter):
         except HefbuildError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             raise SystemExit(3) from None
+        rotate(self._events_path())
         self._events_at = _size(self._events_path())
+        self._uptodate: list[str] = []
         super().initialize(tasks, selected_tasks)
 
     def _events_path(self) -> Path:
@@ -73,12 +75,7 @@ class HefbuildReporter(ConsoleReporter):
 
     def skip_uptodate(self, task: Any) -> None:
         super().skip_uptodate(task)
-        engine = engine_for(self.root)
-        checked = engine.last_check.get(task.name)
-        if checked is not None:
-            decision, seconds = checked
-            engine.events.append(task.name, decision.key.hex, Outcome.UPTODATE, seconds,
-                                 peak_rss_mb())
+        self._uptodate.append(task.name)  # one summary event for all of them, at the end
         self._verdict(task)
 
     def add_success(self, task: Any) -> None:
@@ -90,20 +87,14 @@ class HefbuildReporter(ConsoleReporter):
         self._verdict(task)
 
     def _verdict(self, task: Any) -> None:
-        """A check's result is what the user came for: say it, whatever ran or not."""
+        """A check's result is what the user came for: say it, whatever ran or not (from
+        the fast path's note while the check stays up to date)."""
         if not task.name.startswith("verify:"):
             return
-        model = task.name.split(":", 1)[1]
-        report = read_json(Path(self.root) / "build" / model / "verify" / "report.json")
-        if report is None:
-            return
-        verdict = "passed" if report.get("passed") else "FAILED"
-        if (report.get("device") or {}).get("fake"):
-            verdict += " on the HailoRT TEST DOUBLE (not a device)"
-        self.write(f"   {task.name}: {verdict}, mean token agreement "
-                   f"{report.get('mean_agreement', 0):.2f} over {len(report.get('prompts', []))}"
-                   f" prompts (minimum {report.get('min_token_agreement')}); "
-                   f"build/{model}/verify/report.json\n")
+        line = engine_for(self.root).fast.note(task.name) or \
+            check_verdict(Path(self.root), task.name)
+        if line:
+            self.write(f"   {line}\n")
 
     def add_failure(self, task: Any, fail: Any) -> None:
         if isinstance(fail, TaskFailed) and not fail.traceback:
@@ -114,11 +105,20 @@ class HefbuildReporter(ConsoleReporter):
     def complete_run(self) -> None:
         try:
             super().complete_run()
-            events = events_since(self._events_path(), getattr(self, "_events_at", 0))
-            if events:
-                self.write(summary_line(events) + "\n")
+            self._summarize()
         finally:
             self._lock.release()
+
+
+    def _summarize(self) -> None:
+        engine_for(self.root).fast.save()
+        uptodate = getattr(self, "_uptodate", [])
+        events = events_since(self._events_path(), getattr(self, "_events_at", 0))
+        if not events and not uptodate:
+            return
+        counts = outcome_counts(events, uptodate)
+        self.write(summary_line(counts) + "\n")
+        EventLog(self._events_path()).summary(counts, uptodate)
 
 
 def _size(path: Path) -> int:

@@ -7,9 +7,9 @@ survive pickling under `doit -n N -P process`.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,9 @@ from doit.exceptions import TaskFailed
 
 from .doit_hooks import DigestChecker, HefbuildReporter
 from .errors import HefbuildError
-from .plan import Action, artifact_task, plan_model, rule_code_files, task_name
+from .plan import Action, artifact_task, task_name
 from .project import STATE_DIR, Project
-from .session import engine_for, project_at
+from .session import actions_at, engine_for, project_at
 
 
 def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:
@@ -41,6 +41,11 @@ def forced(task: str, argv: list[str]) -> bool:
 
 def check_uptodate(root: str, task: str) -> bool:
     return engine_for(root).is_uptodate(task)
+
+
+# doit inspects every uptodate callable's signature once per task (for its magic `task`
+# and `values` arguments); a signature set once is returned without re-deriving it.
+check_uptodate.__signature__ = inspect.signature(check_uptodate)  # type: ignore[attr-defined]
 
 
 def lock_hub_model(root: str, model: str) -> dict[str, Any] | TaskFailed:
@@ -74,8 +79,11 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
         raise SystemExit(exc.exit_code) from None
     (project.paths.state).mkdir(exist_ok=True)
     config = {
-        "dep_file": f"{STATE_DIR}/doit.sqlite3",
-        "backend": "sqlite3",
+        # doit's own records decide nothing here (the uptodate check compares keys, and the
+        # project lock keeps one doit per project): one JSON file read once beats a query
+        # and a JSON decode per task.
+        "dep_file": f"{STATE_DIR}/doit.json",
+        "backend": "json",
         "check_file_uptodate": DigestChecker.bound_to(str(project.paths.root)),
         "reporter": HefbuildReporter.bound_to(str(project.paths.root)),
         "default_tasks": [task_name("verify", m.name) for m in project.models.values()
@@ -118,8 +126,11 @@ def _image_tasks(project: Project) -> Iterator[dict]:
 def _task_dicts(project: Project) -> Iterator[dict]:
     root = str(project.paths.root)
     yield from _image_tasks(project)
+    by_model: dict[str, list[Action]] = {}
+    for action in actions_at(root).values():
+        by_model.setdefault(action.model, []).append(action)
     for model in project.models.values():
-        for action in plan_model(model):
+        for action in by_model.get(model.name, []):
             yield _stage_task(project, action)
         if model.target == "hailo10h":
             yield {"basename": "hef", "name": model.name, "actions": None,
@@ -138,23 +149,14 @@ def _task_dicts(project: Project) -> Iterator[dict]:
 
 
 def _stage_task(project: Project, action: Action) -> dict:
+    """No file_dep: the rule's code and file parameters are in the key, which the uptodate
+    check compares (and doit would stat and look up each file a second time)."""
     root = str(project.paths.root)
-    code = _rule_files(project.paths.rules, action.rule)
     return {
         "basename": action.stage,
         "name": action.model,
         "actions": [(run_task, [root, action.task])],
         "uptodate": [(check_uptodate, [root, action.task])],
         "task_dep": [task_name(up, action.model) for up in action.upstream],
-        "file_dep": code + [str(project.paths.root / p) for p in action.file_params.values()],
         "doc": f"{action.stage} {action.model} ({action.target}, toolchain {action.toolchain})",
     }
-
-
-@cache
-def _rule_files_cached(rules_dir: str, rule: str) -> tuple[str, ...]:
-    return tuple(str(p) for p in rule_code_files(Path(rules_dir), rule))
-
-
-def _rule_files(rules_dir: Path, rule: str) -> list[str]:
-    return list(_rule_files_cached(str(rules_dir), rule))

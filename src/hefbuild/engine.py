@@ -19,18 +19,19 @@ from .errors import HefbuildError, MissingOutput, RuleFailed, SpecError, StageEr
 from .events import EventLog, Outcome, peak_rss_mb, read_json
 
 if TYPE_CHECKING:
+    from .executors import ExecResult, Executor, StageRun, Watch
     from .remote.cache import RemoteCache
-from .executors import ExecResult, Executor, HostExecutor, StageRun, Watch
-from .executors.host import log_tail
-from .executors.watch import MIB
+from .fastpath import FastPath, Verdict
 from .key import ActionKey, describe
 from .outputs import fits_declared
 from .plan import Action, plan_project, rule_code_files
 from .project import Project
+from .projectcache import stamp_of
 from .runtime import device_target, stage_limits
 from .statcache import StatCache
-from .store import Record, Store
+from .store import STORE_FORMAT, Record, Store
 from .storelock import StoreLock, register_project
+from .summary import check_verdict
 from .toolchain import ToolchainResolver, interpreter_path
 
 MANIFEST = "manifest.json"
@@ -46,28 +47,30 @@ class Decision:
 
 class Engine:
     def __init__(self, project: Project, executor: Executor | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None,
+                 actions: dict[str, Action] | None = None) -> None:
         self.project = project
         self.paths = project.paths
-        self.actions = plan_project(project)
-        self.stats = StatCache(self.paths.state / "digests.sqlite3")
+        self.actions = actions if actions is not None else plan_project(project)
+        self.stats = StatCache(self.paths.store / STORE_FORMAT / "digests.sqlite3")
         self.store = Store(self.paths.store, self.stats)
+        self.fast = FastPath(self.paths.state / "fastpath.bin", self.paths.root)
         self.store_lock = StoreLock(self.store.root)
         self._registered = False
         self.warnings: list[str] = []
         self._remote: RemoteCache | None | bool = False  # False: not set up yet
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json",
                                             self.paths.toolchains)
-        # One executor per toolchain kind; a given executor (tests) serves every kind. A
-        # device stage's rule runs here and reaches its device itself (ssh or local).
-        host = executor or HostExecutor()
-        self._executors: dict[str, Executor] = {"host": host, "ssh": host, "local": host}
+        # One executor per toolchain kind, made when a stage first runs; a given executor
+        # (tests) serves every kind. A device stage's rule runs here and reaches its device
+        # itself (ssh or local).
+        self._executors: dict[str, Executor] = {}
         if executor is not None:
-            self._executors["docker"] = executor
+            self._executors = dict.fromkeys(("host", "ssh", "local", "docker"), executor)
         self.progress = progress
         self.events = EventLog(self.paths.build / "events.jsonl")
         self._rule_files: dict[str, list[Path]] = {}  # rule -> its code files, per invocation
-        self.last_check: dict[str, tuple[Decision, float]] = {}  # for uptodate events
+        self._stamps: dict[str, str] = {}  # toolchain -> declarations + toolchain stamp
 
     # -- keys ------------------------------------------------------------------------
 
@@ -99,9 +102,7 @@ class Engine:
                         f"run `doit lock:{model.name}` where the hub is reachable to pin it")
 
     def _rule_digests(self, action: Action) -> dict[str, str]:
-        if action.rule not in self._rule_files:
-            self._rule_files[action.rule] = rule_code_files(self.paths.rules, action.rule)
-        files = self._rule_files[action.rule]
+        files = self._rule_paths(action)
         if not files:
             raise StageError(f"{action.task}: rule program rules/{action.rule} does not exist "
                              f"(the {action.target} pipeline expects it)")
@@ -154,13 +155,55 @@ class Engine:
         return None
 
     def is_uptodate(self, task: str) -> bool:
-        start = time.monotonic()
+        """doit's question, answered from the last verdict while nothing it read changed."""
+        action = self.actions[task]
+        if self.fast.still_uptodate(task, self._stamp(action)) is not None:
+            return True
         try:
-            decision = self.decide(self.actions[task])
+            paths = self._depends_on(action)
+            decision = self.decide(action)
         except HefbuildError:
             return False  # let the action run and report the error in its own words
-        self.last_check[task] = (decision, time.monotonic() - start)
+        if decision.outcome is Outcome.UPTODATE:
+            self._keep_verdict(action, decision.key, paths)
         return decision.outcome is Outcome.UPTODATE
+
+    # -- the fast path ---------------------------------------------------------------
+
+    def _stamp(self, action: Action) -> str:
+        if action.toolchain not in self._stamps:
+            tc = self.project.toolchains[action.toolchain]
+            self._stamps[action.toolchain] = stamp_of(self.project) + "|" + \
+                self.toolchains.stamp(tc)
+        return self._stamps[action.toolchain]
+
+    def _depends_on(self, action: Action) -> tuple[int, ...]:
+        """Every file a decision about `action` reads (as fast-path indexes); stat-ed now,
+        before the decision reads them, so a change in between shows next time."""
+        root = self.paths.root
+        paths = [p.relative_to(root).as_posix() for p in self._rule_paths(action)]
+        paths += sorted(action.file_params.values())
+        for up in action.upstream:
+            paths += _manifest_and_outputs(root, f"build/{action.model}/{up}")
+        indexes = self.fast.indexes(paths)
+        own = self.fast.indexes(_manifest_and_outputs(root, action.out_dir))
+        self.fast.fingerprint("", indexes + own)  # stat each once, now
+        return indexes
+
+    def _keep_verdict(self, action: Action, key: ActionKey, inputs: tuple[int, ...]) -> None:
+        """After a decision or a run: the files it read (stat-ed before) and its outputs,
+        as they are now in build/."""
+        own = self.fast.indexes(_manifest_and_outputs(self.paths.root, action.out_dir))
+        paths = inputs + own
+        stamp = self._stamp(action)
+        note = check_verdict(self.paths.root, action.task)
+        self.fast.record(action.task, Verdict(self.fast.fingerprint(stamp, paths), key.hex,
+                                              paths, note))
+
+    def _rule_paths(self, action: Action) -> list[Path]:
+        if action.rule not in self._rule_files:
+            self._rule_files[action.rule] = rule_code_files(self.paths.rules, action.rule)
+        return self._rule_files[action.rule]
 
     # -- doing -----------------------------------------------------------------------
 
@@ -170,12 +213,15 @@ class Engine:
         start = time.monotonic()
         key: ActionKey | None = None
         try:
+            inputs = self._depends_on(action)
             decision = self.decide(action)
             key = decision.key
             outcome, record, extra = self._realize(action, decision, force, start)
+            self._keep_verdict(action, key, inputs)
         except SpecError:
             raise  # bad input changes nothing, not even the event log
         except BaseException as exc:
+            self.fast.drop(task)
             self.events.append(task, key.hex if key else None, Outcome.FAILED,
                                time.monotonic() - start, peak_rss_mb(), error=_one_line(exc))
             raise
@@ -299,11 +345,15 @@ class Engine:
         return record
 
     def _register(self) -> None:
+        """Once per invocation that puts anything in build/ (never on a no-op): the project
+        is known to `doit gc`, and the digest table is pruned (at most once a day)."""
         if not self._registered:
             register_project(self.store.root, self.paths.root)
+            self.stats.prune()
             self._registered = True
 
     def _stage_run(self, action: Action, key: ActionKey, scratch: Path) -> StageRun:
+        from .executors import StageRun
         for sub in ("out", "work"):
             (scratch / sub).mkdir()
         tc = self.project.toolchains[action.toolchain]
@@ -323,6 +373,7 @@ class Engine:
         )
 
     def _watch(self, action: Action, key: ActionKey) -> Watch:
+        from .executors import Watch
         def emit(beat: dict[str, Any]) -> None:
             self.events.heartbeat(action.task, key.hex, beat)
             if self.progress is not None:
@@ -332,6 +383,11 @@ class Engine:
                      _env_seconds("HEFBUILD_SILENCE_S", 900.0), emit)
 
     def _executor(self, kind: str) -> Executor:
+        if kind in ("host", "ssh", "local") and kind not in self._executors:
+            from .executors import HostExecutor  # a device stage's rule runs here too
+
+            host = self._executors.get("host") or HostExecutor()
+            self._executors.update({"host": host, "ssh": host, "local": host})
         if kind not in self._executors:
             from .executors.docker import DockerExecutor  # the docker SDK only when needed
 
@@ -376,6 +432,7 @@ class Engine:
         self.store.materialize(record.log, staging / LOG)
         (staging / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1))
         _swap_dir(staging, final)
+        self.fast.forget(action.out_dir)
         (final.parent / f"{action.stage}.failed.log").unlink(missing_ok=True)
 
 
@@ -390,6 +447,12 @@ def _manifest(action: Action, key: ActionKey, record: Record, outcome: Outcome,
                     for rel, o in sorted(record.outputs.items())},
         "description": key.description,
     }
+
+
+def _manifest_and_outputs(root: Path, stage_dir: str) -> list[str]:
+    manifest = read_json(root / stage_dir / MANIFEST)
+    outputs = sorted(manifest.get("outputs", {})) if manifest else []
+    return [f"{stage_dir}/{MANIFEST}"] + [f"{stage_dir}/{rel}" for rel in outputs]
 
 
 def _regular_files(action: Action, folder: Path) -> list[Path]:
@@ -419,6 +482,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _failure_message(action: Action, stage: StageRun, result: ExecResult) -> str:
+    from .executors.host import log_tail
+    from .executors.watch import MIB
+
     rel_log = f"build/{action.model}/{action.stage}.failed.log"
     where = f"[stages.{action.stage}] of models/{action.model}.toml or [limits] of " \
             f"toolchain/{action.toolchain}.toml"

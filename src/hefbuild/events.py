@@ -37,6 +37,11 @@ class EventLog:
             "time": _now(), **extra,
         })
 
+    def summary(self, counts: dict[str, Any], uptodate: list[str]) -> None:
+        """The invocation's one closing line; up-to-date tasks are named here, not each
+        on its own line, so a no-op of 1000 tasks adds one line."""
+        self._write({"summary": counts, "uptodate": sorted(uptodate), "time": _now()})
+
     def _write(self, line: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = (json.dumps(line, sort_keys=True) + "\n").encode()
@@ -45,6 +50,35 @@ class EventLog:
             os.write(fd, data)
         finally:
             os.close(fd)
+
+
+ROTATE_BYTES = 8 << 20
+
+
+def rotate(path: Path, max_bytes: int = ROTATE_BYTES, keep: int = 2) -> None:
+    """Keep the event log bounded: past `max_bytes`, events.jsonl becomes events.1.jsonl
+    (and .1 becomes .2 ...); called once per invocation, under the project lock."""
+    try:
+        if path.stat().st_size <= max_bytes:
+            return
+    except OSError:
+        return
+    for n in range(keep, 0, -1):
+        older = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        newer = path if n == 1 else path.with_name(f"{path.stem}.{n - 1}{path.suffix}")
+        if newer.exists():
+            os.replace(newer, older)
+
+
+def expand_summaries(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Task events with each summary's up-to-date tasks as one `uptodate` event each."""
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        if "summary" in line:
+            out += [{"task": t, "outcome": Outcome.UPTODATE.value} for t in line["uptodate"]]
+        elif "outcome" in line:
+            out.append(line)
+    return out
 
 
 def _now() -> str:

@@ -54,11 +54,22 @@ class Project:
     models: dict[str, ModelSpec]
     toolchains: dict[str, ToolchainSpec]
     settings: Settings = Settings()
+    stamp: str = ""  # of the declarations, when loaded through the project cache
 
 
-def load_project(root: Path, store: Path | None = None) -> Project:
+def load_project(root: Path, store: Path | None = None,
+                 declarations: tuple[dict[str, ModelSpec], dict[str, ToolchainSpec]] | None
+                 = None) -> Project:
+    """The project at `root`; `declarations` are models and toolchains already loaded from
+    unchanged files (the project cache)."""
     root = root.absolute()
     paths = ProjectPaths(root, store or default_store_root())
+    models, toolchains = declarations or _load_declarations(paths, root)
+    return Project(paths, models, toolchains, load_settings(root))
+
+
+def _load_declarations(paths: ProjectPaths, root: Path,
+                       ) -> tuple[dict[str, ModelSpec], dict[str, ToolchainSpec]]:
     toolchains = {p.stem: load_toolchain(p, root) for p in sorted(paths.toolchains.glob("*.toml"))}
     if "host" not in toolchains:
         raise SpecError("toolchain/host.toml", "", "missing: the embedded default toolchain")
@@ -66,7 +77,7 @@ def load_project(root: Path, store: Path | None = None) -> Project:
     for path in sorted(paths.models.glob("*.toml")):
         model = load_model(path, root, set(toolchains))
         models[model.name] = _with_lock(model, path.with_suffix(".lock.json"), root)
-    return Project(paths, models, toolchains, load_settings(root))
+    return models, toolchains
 
 
 def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:

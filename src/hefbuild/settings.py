@@ -20,13 +20,11 @@ key file), HEFBUILD_REMOTE_TOKEN (bearer), HEFBUILD_REMOTE_USER + HEFBUILD_REMOT
 
 from __future__ import annotations
 
-import netrc
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .errors import SpecError
 from .params import parse_duration
@@ -102,7 +100,7 @@ def _cache(table: dict[str, Any], env: dict[str, str], root: Path) -> CacheSetti
         if key not in _CACHE_KEYS:
             raise SpecError(SETTINGS_FILE, f"cache.{key}", "unknown key (expected one of: "
                             + ", ".join(sorted(_CACHE_KEYS)) + ")")
-    if isinstance(table.get("remote"), str) and "@" in urlsplit(table["remote"]).netloc:
+    if isinstance(table.get("remote"), str) and "@" in table["remote"]:
         _remote(table["remote"], {})  # refused even when the environment overrides it
     remote, url_creds = _remote(env.get("HEFBUILD_REMOTE_CACHE", table.get("remote")), env)
     return CacheSettings(
@@ -122,6 +120,8 @@ def _remote(value: Any, env: dict[str, str]) -> tuple[str | None, Credentials]:
     """The base URL with any `user:password@` moved out of it; '' switches the remote off."""
     if value is None or value == "":
         return None, Credentials()
+    from urllib.parse import unquote, urlsplit, urlunsplit  # only with a remote configured
+
     where = "HEFBUILD_REMOTE_CACHE" if "HEFBUILD_REMOTE_CACHE" in env else "cache.remote"
     if not isinstance(value, str):
         raise SpecError(SETTINGS_FILE, where, "an http(s):// or file:// URL")
@@ -205,10 +205,14 @@ def _credentials(remote: str | None, from_url: Credentials,
                            password=env.get("HEFBUILD_REMOTE_PASSWORD", ""))
     if from_url.present:
         return from_url
+    from urllib.parse import urlsplit
+
     return _from_netrc(urlsplit(remote).hostname or "", env)
 
 
 def _from_netrc(host: str, env: dict[str, str]) -> Credentials:
+    import netrc
+
     path = Path(env.get("NETRC") or Path(env.get("HOME", str(Path.home()))) / ".netrc")
     try:
         found = netrc.netrc(str(path)).authenticators(host)

@@ -17,11 +17,6 @@ from .params import ParamDef, check_value, normalize
 from .params import ParamType as T
 from .pipelines import COMMON_STAGE_KEYS, PIPELINES, stage_defs
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -109,6 +104,10 @@ LIMIT_KEYS = {
 
 
 def read_toml(path: Path, shown: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):  # imported here: a cached project parses no TOML
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

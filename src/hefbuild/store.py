@@ -229,6 +229,5 @@ class Store:
         except OSError:
             shutil.copyfile(src, dest)
             os.chmod(dest, 0o444)
+        # One row per inode: the link's row is the object's, with the ctime linking gave it.
         self._stats.remember(dest, Digest(digest))
-        # Linking changes the object's ctime; record it so it is not re-hashed next read.
-        self._stats.remember(src, Digest(digest))

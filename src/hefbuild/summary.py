@@ -9,14 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .events import Outcome
+from .events import Outcome, read_json
 
 _LABELS = {Outcome.BUILT: "built", Outcome.RESTORED: "restored", Outcome.REMOTE: "from remote",
            Outcome.UPTODATE: "up to date", Outcome.FAILED: "failed"}
 
 
 def events_since(path: Path, offset: int) -> list[dict[str, Any]]:
-    """The outcome lines appended to the event log after `offset` bytes (torn lines skipped)."""
+    """The task lines appended to the event log after `offset` bytes (torn lines skipped)."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -34,26 +34,49 @@ def events_since(path: Path, offset: int) -> list[dict[str, Any]]:
     return found
 
 
-def summary_line(events: list[dict[str, Any]]) -> str:
-    last = {e["task"]: e for e in events}  # a task's final word in this run
-    counts = {o: 0 for o in _LABELS}
-    remote_bytes, remote_s = 0, 0.0
+def outcome_counts(events: list[dict[str, Any]], uptodate: list[str]) -> dict[str, Any]:
+    """Tasks per outcome in this run (a task's last event wins), and what came from remote."""
+    last = {e["task"]: e for e in events if "task" in e}
+    counts: dict[str, Any] = {o.value: 0 for o in _LABELS}
+    counts["uptodate"] = len(set(uptodate) - set(last))
+    counts["remote_bytes"], counts["remote_seconds"] = 0, 0.0
     for event in last.values():
-        try:
-            outcome = Outcome(event["outcome"])
-        except ValueError:
+        outcome = event.get("outcome")
+        if outcome not in counts:
             continue
         counts[outcome] += 1
-        if outcome is Outcome.REMOTE:
-            remote_bytes += int(event.get("bytes", 0))
-            remote_s += float(event.get("remote_seconds", event.get("seconds", 0.0)))
+        if outcome == Outcome.REMOTE.value:
+            counts["remote_bytes"] += int(event.get("bytes", 0))
+            counts["remote_seconds"] += float(event.get("remote_seconds", 0.0))
+    counts["remote_seconds"] = round(counts["remote_seconds"], 3)
+    return counts
+
+
+def summary_line(counts: dict[str, Any]) -> str:
     parts = []
     for outcome, label in _LABELS.items():
-        text = f"{counts[outcome]} {label}"
-        if outcome is Outcome.REMOTE and counts[outcome]:
-            text += f" ({human_bytes(remote_bytes)} in {remote_s:.1f} s)"
+        text = f"{counts.get(outcome.value, 0)} {label}"
+        if outcome is Outcome.REMOTE and counts.get(outcome.value):
+            text += f" ({human_bytes(counts['remote_bytes'])} in " \
+                    f"{counts['remote_seconds']:.1f} s)"
         parts.append(text)
     return "hefbuild: " + ", ".join(parts)
+
+
+def check_verdict(root: Path, task: str) -> str:
+    """A verify task's one-line result, from its report; '' for other tasks."""
+    if not task.startswith("verify:"):
+        return ""
+    model = task.split(":", 1)[1]
+    report = read_json(root / "build" / model / "verify" / "report.json")
+    if report is None:
+        return ""
+    verdict = "passed" if report.get("passed") else "FAILED"
+    if (report.get("device") or {}).get("fake"):
+        verdict += " on the HailoRT TEST DOUBLE (not a device)"
+    return (f"{task}: {verdict}, mean token agreement {report.get('mean_agreement', 0):.2f} "
+            f"over {len(report.get('prompts', []))} prompts (minimum "
+            f"{report.get('min_token_agreement')}); build/{model}/verify/report.json")
 
 
 def human_bytes(n: float) -> str:

@@ -77,6 +77,11 @@ class ToolchainResolver:
                              f"build and pin it with `doit image:{spec.name}`")
         return {"kind": "docker", "image_id": lock["image_id"], "interpreter": spec.interpreter}
 
+    def stamp(self, spec: ToolchainSpec) -> str:
+        """What a host toolchain's identity hangs on (interpreter and site-packages stat);
+        other kinds are pinned by their declarations."""
+        return _stamp(interpreter_path(spec), spec) if spec.kind == "host" else spec.kind
+
     def check(self, spec: ToolchainSpec) -> None:
         """Refuse to run a stage in an environment that lacks a pinned package version."""
         if spec.kind != "host":

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hefbuild.events import expand_summaries
+
 REPO = Path(__file__).resolve().parents[2]
 PROJECT_PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "images",
                  "placements")
@@ -60,7 +62,7 @@ class Project:
         if not path.exists():
             return []
         lines = [json.loads(line) for line in path.read_text().splitlines()]
-        return [e for e in lines if "outcome" in e]  # not the heartbeats of running stages
+        return expand_summaries(lines)  # not the heartbeats of running stages
 
     def edit(self, rel: str, old: str, new: str) -> None:
         path = self.root / rel

@@ -151,11 +151,12 @@ def test_interrupted_rebuild_keeps_the_old_stage_dir(built, make_engine, root, f
 # -- engine bugs, found by these tests --------------------------------------------------
 
 
-def test_missing_upstream_output_is_a_stage_error(built, root):
+def test_missing_upstream_output_is_a_stage_error(built, root, make_engine):
     (root / "build" / MODEL / "compile" / "model.opt.onnx").unlink()
-    assert built.is_uptodate(VERIFY) is False
+    engine = make_engine()  # the next invocation
+    assert engine.is_uptodate(VERIFY) is False
     with pytest.raises(StageError, match="compile"):
-        built.run(VERIFY)
+        engine.run(VERIFY)
 
 
 def test_relative_symlink_in_output_folder_is_refused(make_engine):

@@ -1,0 +1,109 @@
+"""Declarations parsed once per change, not once per invocation.
+
+Loading validates every model and toolchain file (~1 ms a model): with 200 models that is
+most of a no-op `doit verify:one-model`. So the loaded models and toolchains are kept
+(pickled) with a stamp of what they were made from: the stat signature of every file in
+`models/` and `toolchain/` (TOML and lock files), the existence of every file a declaration
+names (file parameters, Dockerfiles: loading checks they exist), and hefbuild's own loader
+code. Any difference, and the TOML is loaded and checked as before, with the same errors.
+Settings (`hefbuild.toml` and the environment) are read on every invocation.
+
+On disk: `.hefbuild/project.pickle` = (FORMAT, stamp, models, toolchains, named files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from dataclasses import replace
+from pathlib import Path
+
+from .plan import plan_model
+from .project import Project, load_project
+
+FORMAT = 1
+_LOADER_CODE = ("specs.py", "params.py", "pipelines.py", "project.py", "plan.py",
+                "projectcache.py")
+
+
+def declarations_stamp(root: Path, named: tuple[str, ...]) -> str:
+    """What the loaded declarations depend on, as one short string."""
+    h = hashlib.blake2b(digest_size=16)
+    for folder in ("models", "toolchain"):
+        h.update(f"\0[{folder}]".encode())
+        try:
+            entries = sorted(os.scandir(root / folder), key=lambda e: e.name)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.name.endswith((".toml", ".json")):
+                h.update(f"\0{entry.name}\0{_sig(entry.path)}".encode())
+    code = Path(__file__).parent
+    for name in _LOADER_CODE:
+        h.update(f"\0{name}\0{_sig(str(code / name))}".encode())
+    for rel in named:
+        h.update(f"\0{rel}\0{os.path.isfile(root / rel)}".encode())
+    return h.hexdigest()
+
+
+def load_project_cached(root: Path, store: Path | None = None) -> Project:
+    root = root.absolute()
+    cache = root / ".hefbuild" / "project.pickle"
+    cached = _read(cache)
+    if cached is not None:
+        stamp, models, toolchains, named = cached
+        stamp_now = declarations_stamp(root, named)
+        if stamp == stamp_now:
+            project = load_project(root, store, declarations=(models, toolchains))
+            return replace(project, stamp=stamp_now)
+    project = load_project(root, store)
+    named = named_files(project)
+    stamp = declarations_stamp(root, named)
+    _write(cache, (FORMAT, stamp, project.models, project.toolchains, named))
+    return replace(project, stamp=stamp)
+
+
+def named_files(project: Project) -> tuple[str, ...]:
+    """Every project file a declaration names and loading checked the existence of."""
+    files = {p for m in project.models.values() for a in plan_model(m)
+             for p in a.file_params.values()}
+    files |= {f"{tc.image['context']}/Dockerfile" for tc in project.toolchains.values()
+              if "context" in tc.image}
+    return tuple(sorted(files))
+
+
+def stamp_of(project: Project) -> str:
+    """The stamp the fast path folds into every task's fingerprint."""
+    return project.stamp or declarations_stamp(project.paths.root, named_files(project))
+
+
+def _sig(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "-"
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
+def _read(cache: Path) -> tuple | None:
+    try:
+        with open(cache, "rb") as f:
+            doc = pickle.load(f)
+    except Exception:  # noqa: BLE001 - any unreadable cache is a miss
+        return None
+    if not isinstance(doc, tuple) or len(doc) != 5 or doc[0] != FORMAT:
+        return None
+    return doc[1:]
+
+
+def _write(cache: Path, doc: tuple) -> None:
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            pickle.dump(doc, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, cache)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+

@@ -1,0 +1,228 @@
+"""The no-op fast path gives the full path's answer, whatever changed; restores are
+constant-time; a no-op adds one event line.
+
+The oracle here: for every task, a fresh engine's fast answer (`is_uptodate`, from the last
+verdicts) equals a second fresh engine's full decision (`decide`, which computes the key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes.fake_executor import FakeExecutor
+
+from hefbuild.engine import Engine
+from hefbuild.events import EventLog, Outcome, rotate
+from hefbuild.project import load_project
+from hefbuild.projectcache import load_project_cached
+
+from .helpers import MODEL, TASKS, edit, make_tiny_project, model_toml, run_all
+
+
+def saved(engine: Engine) -> Engine:
+    """What the reporter does at the end of an invocation, after every task was decided."""
+    for task in TASKS:
+        engine.is_uptodate(task)
+    engine.fast.save()
+    return engine
+
+
+def assert_fast_equals_full(make_engine: Callable[..., Engine]) -> dict[str, bool]:
+    fast = make_engine()
+    answers = {t: fast.is_uptodate(t) for t in TASKS}
+    full = make_engine()
+    truth = {t: full.decide(full.actions[t]).outcome is Outcome.UPTODATE for t in TASKS}
+    assert answers == truth
+    return answers
+
+
+def same_size_edit(path: Path) -> None:
+    st = path.stat()
+    mode = st.st_mode
+    os.chmod(path, 0o644)
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.chmod(path, mode)
+
+
+CHANGES: dict[str, Callable[[Path], None]] = {
+    "nothing": lambda root: None,
+    "parameter": lambda root: edit(model_toml(root), "max_new_tokens = 16",
+                                   "max_new_tokens = 20"),
+    "rule code": lambda root: (root / "rules/cpu_ort/quantize.py").write_text("# v2\n"),
+    "toolchain env": lambda root: edit(root / "toolchain/host.toml", 'PYTHONHASHSEED = "0"',
+                                       'PYTHONHASHSEED = "1"'),
+    "file parameter bytes": lambda root: (root / "data/calibration/tiny-stories.txt").write_text(
+        "other calibration text\n"),
+    "upstream output bytes": lambda root: same_size_edit(
+        root / "build" / MODEL / "export" / "model.onnx"),
+    "own output removed": lambda root: (root / "build" / MODEL / "verify/report.json").unlink(),
+    "manifest rewritten, same meaning": lambda root: edit(
+        root / "build" / MODEL / "compile/manifest.json", '"key"', '"key" '),
+    "declaration deleted": lambda root: model_toml(root).rename(root / "elsewhere.toml"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_the_fast_answer_is_the_full_answer(built, make_engine, root, change):
+    saved(built)
+    assert all(make_engine().is_uptodate(t) for t in TASKS)
+    CHANGES[change](root)
+    if change == "declaration deleted":
+        assert make_engine().actions == {}
+        model_toml(root).parent.joinpath("elsewhere.toml")
+        (root / "elsewhere.toml").rename(model_toml(root))  # and re-created, unchanged
+    answers = assert_fast_equals_full(make_engine)
+    if change in ("nothing", "declaration deleted", "manifest rewritten, same meaning"):
+        assert all(answers.values())
+    else:
+        assert not all(answers.values()), f"{change} went unnoticed"
+
+
+def test_a_changed_toolchain_identity_takes_the_full_path(built, make_engine, monkeypatch):
+    saved(built)
+    from hefbuild.toolchain import ToolchainResolver
+
+    monkeypatch.setattr(ToolchainResolver, "stamp", lambda self, spec: "reinstalled")
+    engine = make_engine()
+    decided = []
+    full = engine.decide
+    engine.decide = lambda action: decided.append(action.task) or full(action)
+    assert all(engine.is_uptodate(t) for t in TASKS)  # same packages: still up to date
+    assert decided == list(TASKS)  # but each was decided in full
+
+
+def test_a_damaged_fast_path_file_is_ignored(built, make_engine, root):
+    saved(built)
+    (root / ".hefbuild" / "fastpath.bin").write_bytes(b"\x00garbage")
+    assert all(make_engine().is_uptodate(t) for t in TASKS)
+
+
+def test_a_built_task_leaves_a_verdict_the_next_invocation_uses(make_engine):
+    engine = make_engine()
+    assert run_all(engine) == ["built"] * len(TASKS)
+    engine.fast.save()
+    nxt = make_engine()
+    nxt.key_of = lambda action: pytest.fail(f"{action.task}: key computed")
+    assert all(nxt.is_uptodate(t) for t in TASKS)
+
+
+# -- constant-time restore -----------------------------------------------------------
+
+
+class BigFetch(FakeExecutor):
+    """fetch writes a large checkpoint (weights.bin of `mib` MiB)."""
+
+    def __init__(self, mib: int) -> None:
+        super().__init__()
+        self.mib = mib
+
+    def _write_outputs(self, action):  # noqa: ANN001, ANN202
+        super()._write_outputs(action)
+        if action["stage"] == "fetch":
+            chunk = os.urandom(1 << 20)
+            with open(Path(action["out"]) / "checkpoint" / "weights.bin", "wb") as f:
+                for _ in range(self.mib):
+                    f.write(chunk)
+
+
+FETCH = f"fetch:{MODEL}"
+
+
+def test_restoring_a_big_output_rehashes_nothing(root, store, tmp_path):
+    fake = BigFetch(64)
+    first = Engine(load_project(root, store=store), executor=fake)
+    assert first.run(FETCH)["outcome"] == "built"
+    shutil.rmtree(root / "build")
+    again = Engine(load_project(root, store=store), executor=fake)
+    assert again.run(FETCH)["outcome"] == "restored"
+    assert again.stats.bytes_hashed == 0
+    assert Engine(load_project(root, store=store), executor=fake).is_uptodate(FETCH)
+
+    # Another project sharing the store restores the same object (a new link) ...
+    other = make_tiny_project(tmp_path / "other")
+    beside = Engine(load_project(other, store=store), executor=fake)
+    assert beside.run(FETCH)["outcome"] == "restored"
+    assert beside.stats.bytes_hashed < 1 << 20  # its own rule and corpus files, not 64 MiB
+    # ... and neither project re-hashes after the other's restore.
+    noop = Engine(load_project(root, store=store), executor=fake)
+    assert noop.is_uptodate(FETCH) and noop.stats.bytes_hashed == 0
+    shutil.rmtree(root / "build")
+    restore = Engine(load_project(root, store=store), executor=fake)
+    assert restore.run(FETCH)["outcome"] == "restored"
+    assert restore.stats.bytes_hashed == 0
+    assert fake.ran == [FETCH]
+
+
+def test_a_same_size_edit_through_a_link_is_caught_and_never_restored(root, store):
+    fake = BigFetch(1)
+    Engine(load_project(root, store=store), executor=fake).run(FETCH)
+    weights = root / "build" / MODEL / "fetch" / "checkpoint" / "weights.bin"
+    shutil.rmtree(root / "build")  # a link removed: the object's ctime moves
+    engine = Engine(load_project(root, store=store), executor=fake)
+    assert engine.run(FETCH)["outcome"] == "restored"
+    same_size_edit(weights)  # chmod, write, mtime and mode put back: into the store object
+    again = Engine(load_project(root, store=store), executor=fake)
+    assert not again.is_uptodate(FETCH)
+    assert again.run(FETCH)["outcome"] == "built"  # the object failed its check: rebuilt
+    assert fake.ran == [FETCH, FETCH]
+
+
+# -- declarations parsed once per change ------------------------------------------------
+
+
+def test_declarations_are_parsed_once_per_change(root, store, monkeypatch):
+    import hefbuild.project as project_module
+
+    first = load_project_cached(root, store)
+    parsed = []
+    real = project_module.load_model
+    monkeypatch.setattr(project_module, "load_model",
+                        lambda *a, **k: parsed.append(a[0].name) or real(*a, **k))
+    again = load_project_cached(root, store)
+    assert parsed == [] and again.models == first.models
+    edit(model_toml(root), "samples = 32", "samples = 16")
+    changed = load_project_cached(root, store)
+    assert parsed == [f"{MODEL}.toml"]
+    assert changed.models[MODEL].stages["quantize"]["samples"] == 16
+
+
+def test_a_deleted_file_parameter_is_reported_even_with_a_cached_project(root, store):
+    from hefbuild.errors import SpecError
+
+    load_project_cached(root, store)
+    (root / "data/calibration/tiny-stories.txt").unlink()
+    with pytest.raises(SpecError, match="stages.quantize.calibration"):
+        load_project_cached(root, store)
+
+
+# -- events --------------------------------------------------------------------------
+
+
+def test_a_no_op_adds_one_summary_line_naming_the_uptodate_tasks(tmp_path):
+    log = EventLog(tmp_path / "events.jsonl")
+    log.summary({"uptodate": 3}, ["b", "a", "c"])
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    assert json.loads(lines[0])["uptodate"] == ["a", "b", "c"]
+
+
+def test_the_event_log_rotates(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text("x" * 100)
+    rotate(path, max_bytes=50)
+    assert not path.exists() and (tmp_path / "events.1.jsonl").read_text() == "x" * 100
+    path.write_text("y" * 100)
+    rotate(path, max_bytes=50)
+    assert (tmp_path / "events.2.jsonl").read_text() == "x" * 100
+    assert (tmp_path / "events.1.jsonl").read_text() == "y" * 100
+    path.write_text("z" * 10)
+    rotate(path, max_bytes=50)
+    assert path.read_text() == "z" * 10
