@@ -16,7 +16,7 @@ from .errors import HefbuildError
 from .events import EventLog, Outcome, rotate
 from .lock import ProjectLock
 from .project import STATE_DIR
-from .session import engine_for
+from .session import engine_for, fast_path_at
 from .summary import check_verdict, events_since, human_bytes, outcome_counts, summary_line
 
 
@@ -91,7 +91,7 @@ class HefbuildReporter(ConsoleReporter):
         the fast path's note while the check stays up to date)."""
         if not task.name.startswith("verify:"):
             return
-        line = engine_for(self.root).fast.note(task.name) or \
+        line = fast_path_at(self.root).note(task.name) or \
             check_verdict(Path(self.root), task.name)
         if line:
             self.write(f"   {line}\n")
@@ -111,7 +111,7 @@ class HefbuildReporter(ConsoleReporter):
 
 
     def _summarize(self) -> None:
-        engine_for(self.root).fast.save()
+        fast_path_at(self.root).save()
         uptodate = getattr(self, "_uptodate", [])
         events = events_since(self._events_path(), getattr(self, "_events_at", 0))
         if not events and not uptodate:

@@ -19,7 +19,8 @@ from .doit_hooks import DigestChecker, HefbuildReporter
 from .errors import HefbuildError
 from .plan import Action, artifact_task, task_name
 from .project import STATE_DIR, Project
-from .session import actions_at, engine_for, project_at
+from .selection import models_named
+from .session import actions_at, engine_for, fast_path_at, only_models, project_at
 
 
 def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:
@@ -40,6 +41,10 @@ def forced(task: str, argv: list[str]) -> bool:
 
 
 def check_uptodate(root: str, task: str) -> bool:
+    """The last verdict while nothing it read changed; else the engine decides."""
+    action = actions_at(root)[task]
+    if fast_path_at(root).answer(task, action.toolchain) is not None:
+        return True
     return engine_for(root).is_uptodate(task)
 
 
@@ -78,6 +83,8 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
         print(f"ERROR: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     (project.paths.state).mkdir(exist_ok=True)
+    selected = models_named(sys.argv[1:], set(project.models), set(project.toolchains))
+    only_models(str(project.paths.root), selected)
     config = {
         # doit's own records decide nothing here (the uptodate check compares keys, and the
         # project lock keeps one doit per project): one JSON file read once beats a query
@@ -91,7 +98,7 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
     }
 
     def task_hefbuild() -> Iterator[dict]:
-        yield from _task_dicts(project)
+        yield from _task_dicts(project, selected)
 
     task_hefbuild.__doc__ = "hefbuild stages (models/*.toml)"
     return config, task_hefbuild
@@ -123,13 +130,15 @@ def _image_tasks(project: Project) -> Iterator[dict]:
                           f"and pin its ID in toolchain/{tc.name}.lock.json"}
 
 
-def _task_dicts(project: Project) -> Iterator[dict]:
+def _task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
     root = str(project.paths.root)
     yield from _image_tasks(project)
     by_model: dict[str, list[Action]] = {}
     for action in actions_at(root).values():
         by_model.setdefault(action.model, []).append(action)
     for model in project.models.values():
+        if selected is not None and model.name not in selected:
+            continue
         for action in by_model.get(model.name, []):
             yield _stage_task(project, action)
         if model.target == "hailo10h":

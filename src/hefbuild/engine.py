@@ -21,13 +21,11 @@ from .events import EventLog, Outcome, peak_rss_mb, read_json
 if TYPE_CHECKING:
     from .executors import ExecResult, Executor, StageRun, Watch
     from .remote.cache import RemoteCache
-from .fastpath import FastPath, Verdict
+from .fastpath import FastPath, Verdict, fast_path_of
 from .key import ActionKey, describe
 from .outputs import fits_declared
 from .plan import Action, plan_project, rule_code_files
 from .project import Project
-from .projectcache import stamp_of
-from .runtime import device_target, stage_limits
 from .statcache import StatCache
 from .store import STORE_FORMAT, Record, Store
 from .storelock import StoreLock, register_project
@@ -48,13 +46,14 @@ class Decision:
 class Engine:
     def __init__(self, project: Project, executor: Executor | None = None,
                  progress: Callable[[str], None] | None = None,
-                 actions: dict[str, Action] | None = None) -> None:
+                 actions: dict[str, Action] | None = None,
+                 fast: FastPath | None = None) -> None:
         self.project = project
         self.paths = project.paths
         self.actions = actions if actions is not None else plan_project(project)
         self.stats = StatCache(self.paths.store / STORE_FORMAT / "digests.sqlite3")
         self.store = Store(self.paths.store, self.stats)
-        self.fast = FastPath(self.paths.state / "fastpath.bin", self.paths.root)
+        self.fast = fast or fast_path_of(project)
         self.store_lock = StoreLock(self.store.root)
         self._registered = False
         self.warnings: list[str] = []
@@ -70,7 +69,6 @@ class Engine:
         self.progress = progress
         self.events = EventLog(self.paths.build / "events.jsonl")
         self._rule_files: dict[str, list[Path]] = {}  # rule -> its code files, per invocation
-        self._stamps: dict[str, str] = {}  # toolchain -> declarations + toolchain stamp
 
     # -- keys ------------------------------------------------------------------------
 
@@ -171,11 +169,7 @@ class Engine:
     # -- the fast path ---------------------------------------------------------------
 
     def _stamp(self, action: Action) -> str:
-        if action.toolchain not in self._stamps:
-            tc = self.project.toolchains[action.toolchain]
-            self._stamps[action.toolchain] = stamp_of(self.project) + "|" + \
-                self.toolchains.stamp(tc)
-        return self._stamps[action.toolchain]
+        return self.fast.stamp(action.toolchain)
 
     def _depends_on(self, action: Action) -> tuple[int, ...]:
         """Every file a decision about `action` reads (as fast-path indexes); stat-ed now,
@@ -354,6 +348,7 @@ class Engine:
 
     def _stage_run(self, action: Action, key: ActionKey, scratch: Path) -> StageRun:
         from .executors import StageRun
+        from .runtime import device_target, stage_limits
         for sub in ("out", "work"):
             (scratch / sub).mkdir()
         tc = self.project.toolchains[action.toolchain]

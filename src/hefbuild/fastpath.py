@@ -25,10 +25,17 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .project import Project
 
 FORMAT = 3
+_SIG = struct.Struct("<qqqQ")  # size, mtime_ns, ctime_ns, inode
 
 
 @dataclass(frozen=True)
@@ -40,14 +47,27 @@ class Verdict:
 
 
 class FastPath:
-    def __init__(self, file: Path, root: Path) -> None:
+    def __init__(self, file: Path, root: Path,
+                 stamp_of: Callable[[str], str] = lambda toolchain: "") -> None:
         self._file = file
         self._root = str(root)
+        self._stamp_of = stamp_of
+        self._stamps: dict[str, str] = {}
         self._paths: list[str] = []
         self._index: dict[str, int] = {}
         self._sigs: dict[int, bytes] = {}  # path index -> its stat signature, this invocation
         self._verdicts: dict[str, Verdict] | None = None
         self._dirty = False
+
+    def stamp(self, toolchain: str) -> str:
+        """The declarations' and the toolchain's stamp, once per invocation."""
+        if toolchain not in self._stamps:
+            self._stamps[toolchain] = self._stamp_of(toolchain)
+        return self._stamps[toolchain]
+
+    def answer(self, task: str, toolchain: str) -> str | None:
+        """`still_uptodate` with this invocation's stamp for the task's toolchain."""
+        return self.still_uptodate(task, self.stamp(toolchain))
 
     # -- paths and their signatures ------------------------------------------------------
 
@@ -63,20 +83,22 @@ class FastPath:
         return tuple(out)
 
     def _signature(self, i: int) -> bytes:
-        sig = self._sigs.get(i)
-        if sig is None:
-            rel = self._paths[i]
-            try:
-                st = os.stat(os.path.join(self._root, rel))
-                text = f"{rel}\0{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}\0"
-            except OSError:
-                text = f"{rel}\0-\0"
-            sig = self._sigs[i] = text.encode()
+        try:
+            st = os.stat(self._root + "/" + self._paths[i])
+            sig = _SIG.pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        except OSError:
+            sig = b"-"  # absent: as much a fact about the file as its stat
+        self._sigs[i] = sig
         return sig
 
     def fingerprint(self, stamp: str, paths: tuple[int, ...]) -> str:
-        sigs, sig = self._sigs, self._signature
-        data = b"".join([sigs[i] if i in sigs else sig(i) for i in paths])
+        """The stamp and the signature of each path, in order (the verdict holds the paths,
+        so their names need not be hashed)."""
+        sigs = self._sigs
+        for i in paths:
+            if i not in sigs:
+                self._signature(i)
+        data = b"".join([sigs[i] for i in paths])
         return hashlib.blake2b(stamp.encode() + b"\0" + data, digest_size=16).hexdigest()
 
     def forget(self, rel_dir: str) -> None:
@@ -136,6 +158,20 @@ class FastPath:
             self._paths, self._verdicts = _read(self._file)
             self._index = {rel: i for i, rel in enumerate(self._paths)}
         return self._verdicts
+
+
+def fast_path_of(project: Project) -> FastPath:
+    """The project's fast path; stamps from its declarations and toolchain identities."""
+    from .projectcache import stamp_of
+    from .toolchain import ToolchainResolver
+
+    resolver = ToolchainResolver(project.paths.state / "toolchains.json",
+                                 project.paths.toolchains)
+
+    def stamp(toolchain: str) -> str:
+        return stamp_of(project) + "|" + resolver.stamp(project.toolchains[toolchain])
+
+    return FastPath(project.paths.state / "fastpath.bin", project.paths.root, stamp)
 
 
 def _read(file: Path) -> tuple[list[str], dict[str, Verdict]]:

@@ -4,9 +4,11 @@ file checker, the reporter and the extra commands (keyed by project root)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
+from .fastpath import FastPath, fast_path_of
 from .plan import Action, plan_project
 from .project import Project
 from .projectcache import load_project_cached
@@ -17,17 +19,37 @@ def project_at(root: str) -> Project:
     return load_project_cached(Path(root))
 
 
+_only: dict[str, set[str]] = {}  # root -> the models this invocation needs, when known
+
+
+def only_models(root: str, models: set[str] | None) -> None:
+    """Plan only these models in this process (see `selection`); None: all of them."""
+    if models is not None:
+        _only[root] = models
+
+
 @cache
 def actions_at(root: str) -> dict[str, Action]:
     """The plan, made once per process for the task loader and the engine alike."""
-    return plan_project(project_at(root))
+    project = project_at(root)
+    if root in _only:
+        project = replace(project, models={n: m for n, m in project.models.items()
+                                            if n in _only[root]})
+    return plan_project(project)
+
+
+@cache
+def fast_path_at(root: str) -> FastPath:
+    """The last verdicts, answered without the engine (whose import a no-op never pays)."""
+    return fast_path_of(project_at(root))
 
 
 @cache
 def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `list` fast
     from .engine import Engine
 
-    return Engine(project_at(root), progress=_to_terminal, actions=actions_at(root))
+    return Engine(project_at(root), progress=_to_terminal, actions=actions_at(root),
+                  fast=fast_path_at(root))
 
 
 def _to_terminal(line: str) -> None:
