@@ -21,6 +21,7 @@ from .events import EventLog, Outcome, peak_rss_mb, read_json
 if TYPE_CHECKING:
     from .executors import ExecResult, Executor, StageRun, Watch
     from .remote.cache import RemoteCache
+    from .specs import ToolchainSpec
 from .fastpath import FastPath, Verdict, fast_path_of
 from .key import ActionKey, describe
 from .outputs import fits_declared
@@ -57,6 +58,7 @@ class Engine:
         self.store_lock = StoreLock(self.store.root)
         self._registered = False
         self.warnings: list[str] = []
+        self._said_unsandboxed = False
         self._remote: RemoteCache | None | bool = False  # False: not set up yet
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json",
                                             self.paths.toolchains)
@@ -323,18 +325,19 @@ class Engine:
                 raise RuleFailed(_failure_message(action, stage, result))
             outputs = self._collect_outputs(action, stage.out)
             with self.store_lock.shared():
-                record = self._store_result(action, key, result, outputs, stage.log_path)
+                record = self._store_result(action, key, result, outputs, stage)
                 self._install(action, key, Outcome.BUILT, record, {}, start)
         return record
 
     def _store_result(self, action: Action, key: ActionKey, result: ExecResult,
-                      outputs: dict[str, Path], log_path: Path) -> Record:
+                      outputs: dict[str, Path], stage: StageRun) -> Record:
         stored = {rel: self.store.put_file(path) for rel, path in outputs.items()}
-        log = self.store.put_file(log_path)
+        log = self.store.put_file(stage.log_path)
         record = Record(key.hex, action.stage, stored, log.digest,
                         key.description["toolchain"], round(result.seconds, 3),
                         round(result.peak_rss_mb, 1), key.description,
-                        round(result.cpu_seconds, 2), round(time.time(), 3))
+                        round(result.cpu_seconds, 2), round(time.time(), 3),
+                        "docker" if stage.image else result.isolation)
         self.store.put_record(record)
         return record
 
@@ -357,7 +360,10 @@ class Engine:
                        "outputs": list(action.outputs)}
         if tc.device:
             rule_action["device"] = device_target(tc)
+        network = action.stage == "fetch"
         return StageRun(
+            sandbox=self._sandboxed(tc), network=network,
+            writable=hub_cache_dirs() if network else (),
             task=action.task, interpreter=interpreter_path(tc), rules_dir=self.paths.rules,
             rule=action.rule, action=rule_action,
             inputs={up: self.paths.root / f"build/{action.model}/{up}" for up in action.upstream},
@@ -366,6 +372,16 @@ class Engine:
             watch=self._watch(action, key),
             image=key.description["toolchain"].get("image_id"),
         )
+
+    def _sandboxed(self, tc: ToolchainSpec) -> bool:
+        """Host stages run in bubblewrap unless the project opted out (said once)."""
+        if tc.kind != "host":
+            return False  # a container is its own sandbox; a device stage reaches a device
+        if not self.project.settings.sandbox and not self._said_unsandboxed:
+            self._said_unsandboxed = True
+            self.warn("host stages run without a sandbox (sandbox = false in hefbuild.toml "
+                      "or HEFBUILD_SANDBOX=0): a rule can read and write anything you can")
+        return self.project.settings.sandbox
 
     def _watch(self, action: Action, key: ActionKey) -> Watch:
         from .executors import Watch
@@ -437,11 +453,22 @@ def _manifest(action: Action, key: ActionKey, record: Record, outcome: Outcome,
         "task": action.task, "model": action.model, "key": key.hex,
         "outcome": outcome.value, "seconds": round(seconds, 3),
         "build_seconds": record.seconds, "peak_rss_mb": record.peak_rss_mb,
-        "cpu_seconds": record.cpu_seconds,
+        "cpu_seconds": record.cpu_seconds, "sandbox": record.sandbox or "none",
         "outputs": {rel: {"digest": o.digest, "size": o.size}
                     for rel, o in sorted(record.outputs.items())},
         "description": key.description,
     }
+
+
+def hub_cache_dirs() -> tuple[Path, ...]:
+    """Where fetch keeps Hugging Face downloads (writable in its sandbox), created now."""
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    dirs = [home]
+    if os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    return tuple(dirs)
 
 
 def _manifest_and_outputs(root: Path, stage_dir: str) -> list[str]:

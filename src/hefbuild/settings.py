@@ -5,6 +5,8 @@ result is the same wherever it is cached). Credentials are read from the environ
 `~/.netrc` only, never from the committed file, and are kept apart from the URL that
 messages show.
 
+    sandbox = true                                   # host stages in bubblewrap (default)
+
     [cache]
     remote = "https://cache.example.org/hefbuild"   # or file:///mnt/shared/hefbuild-cache
     upload = false                                   # developers read, CI writes
@@ -12,7 +14,7 @@ messages show.
     trusted_keys = ["ci-2026:BASE64PUBLICKEY"]       # accept only entries signed by these
     signing_key = "/path/to/ci.secret"               # sign uploads (usually from the env)
 
-Environment (CI runners): HEFBUILD_REMOTE_CACHE, HEFBUILD_REMOTE_UPLOAD,
+Environment (CI runners): HEFBUILD_SANDBOX, HEFBUILD_REMOTE_CACHE, HEFBUILD_REMOTE_UPLOAD,
 HEFBUILD_REMOTE_TIMEOUT, HEFBUILD_TRUSTED_KEYS (comma-separated), HEFBUILD_SIGNING_KEY (a
 key file), HEFBUILD_REMOTE_TOKEN (bearer), HEFBUILD_REMOTE_USER + HEFBUILD_REMOTE_PASSWORD
 (basic), HEFBUILD_REMOTE_CA_BUNDLE (PEM file).
@@ -71,19 +73,30 @@ class CacheSettings:
 @dataclass(frozen=True)
 class Settings:
     cache: CacheSettings = field(default_factory=CacheSettings)
+    sandbox: bool = True  # host stages in bubblewrap; false only by the project's choice
 
 
 def load_settings(root: Path, env: dict[str, str] | None = None) -> Settings:
     env = dict(os.environ) if env is None else env
     path = root / SETTINGS_FILE
     doc = _read(path) if path.is_file() else {}
-    unknown = set(doc) - {"cache"}
+    unknown = set(doc) - {"cache", "sandbox"}
     if unknown:
-        raise SpecError(SETTINGS_FILE, sorted(unknown)[0], "unknown table (expected: cache)")
+        raise SpecError(SETTINGS_FILE, sorted(unknown)[0],
+                        "unknown key (expected: [cache], sandbox)")
     table = doc.get("cache", {})
     if not isinstance(table, dict):
         raise SpecError(SETTINGS_FILE, "cache", f"a table, got {type(table).__name__}")
-    return Settings(_cache(table, env, root))
+    return Settings(_cache(table, env, root), _sandbox(env.get("HEFBUILD_SANDBOX",
+                                                              doc.get("sandbox", True))))
+
+
+def _sandbox(value: Any) -> bool:
+    try:
+        return _upload(value)
+    except SpecError:
+        raise SpecError(SETTINGS_FILE, "sandbox (or HEFBUILD_SANDBOX)",
+                        f"true or false, got {value!r}") from None
 
 
 def _read(path: Path) -> dict[str, Any]:

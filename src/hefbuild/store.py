@@ -58,6 +58,7 @@ class Record:
     description: dict[str, Any] = field(default_factory=dict)
     cpu_seconds: float = 0.0
     finished_at: float = 0.0  # unix time the rule finished (the remote entry's metadata)
+    sandbox: str = ""  # how the rule was isolated: "bwrap", "docker", "none"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, indent=1)

@@ -50,6 +50,9 @@ class StageRun:
     limits: Limits = field(default_factory=Limits)
     watch: Watch = field(default_factory=Watch)
     image: str | None = None  # docker toolchains: the pinned image ID
+    sandbox: bool = True  # host stages in bubblewrap (see executors/sandbox.py)
+    network: bool = False  # fetch alone reaches the network (and gets the hub credentials)
+    writable: tuple[Path, ...] = ()  # beyond out/ and work/ (fetch: the Hugging Face cache)
 
     @property
     def out(self) -> Path:
@@ -94,6 +97,7 @@ class ExecResult:
     timed_out: bool = False
     cpu_seconds: float = 0.0
     killed_for: str | None = None  # "timeout" or "memory" when a limit ended the stage
+    isolation: str = "none"  # what kept the rule in: "bwrap", "docker" or "none"
 
 
 class Executor(Protocol):

@@ -8,8 +8,10 @@ import subprocess
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 
+from ..errors import StageError
 from .base import ExecRequest, ExecResult, StageRun
 from .watch import MIB, StageWatch
 
@@ -17,8 +19,9 @@ _POLL_S = 0.05
 _PR_SET_PDEATHSIG = 1
 
 # Host variables a rule may need that cannot change its bytes; never part of a key.
-PASSTHROUGH_ENV = (
-    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ",
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "USER")
+# ... and for a stage with network access (fetch) alone: where the hub is, its credentials.
+NETWORK_ENV = (
     "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE",
     "HF_HUB_CACHE", "HF_HUB_DISABLE_XET", "HF_HUB_DISABLE_TELEMETRY",
     "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
@@ -26,20 +29,34 @@ PASSTHROUGH_ENV = (
 )
 
 
+class SandboxUnavailable(StageError):
+    pass
+
+
 class HostExecutor:
     def run_stage(self, stage: StageRun) -> ExecResult:
         action_file = stage.scratch / "action.json"
         action_file.write_text(stage.action_json(str))
-        env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-        env.update(stage.env)
-        # rules/ first; a toolchain may add its own paths after it.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stage.rules_dir),
-                                                        stage.env.get("PYTHONPATH")) if p)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"  # rules/ may be read-only
+        env = stage_env(stage)
         argv = [stage.interpreter, str(stage.rules_dir / stage.rule), str(action_file)]
-        return self.run(ExecRequest(argv, stage.work, env, stage.log_path,
-                                    stage.limits.timeout_s, stage.limits.memory_bytes,
-                                    stage.watch))
+        if stage.sandbox:
+            from .sandbox import bwrap_path, sandboxed
+
+            bwrap = bwrap_path()
+            if bwrap is None:
+                raise SandboxUnavailable(
+                    "bubblewrap (bwrap) is needed to sandbox host stages and is not usable "
+                    "here: apt-get install bubblewrap, or opt out with `sandbox = false` in "
+                    "hefbuild.toml (or HEFBUILD_SANDBOX=0)")
+            argv = sandboxed(bwrap, stage, argv, env, stage.network, stage.writable)
+        else:
+            from .sandbox import reaped
+
+            argv = reaped(argv)
+        result = self.run(ExecRequest(argv, stage.work, env, stage.log_path,
+                                      stage.limits.timeout_s, stage.limits.memory_bytes,
+                                      stage.watch))
+        return replace(result, isolation="bwrap" if stage.sandbox else "none")
 
     def run(self, request: ExecRequest) -> ExecResult:
         start = time.monotonic()
@@ -57,6 +74,26 @@ class HostExecutor:
                 with suppress(ChildProcessError):
                     os.wait4(proc.pid, 0)
                 raise
+
+
+def stage_env(stage: StageRun) -> dict[str, str]:
+    """The rule's whole environment: the toolchain's, a few harmless host variables, and
+    the hub's only for a stage with network access. HOME is the stage's own work folder
+    in a sandbox (a rule's caches stay in the stage), the user's outside one."""
+    names = PASSTHROUGH_ENV + (NETWORK_ENV if stage.network else ())
+    env = {k: os.environ[k] for k in names if k in os.environ}
+    if stage.sandbox:
+        env.update(HOME=str(stage.work), TMPDIR="/tmp")
+    elif "HOME" in os.environ:
+        env["HOME"] = os.environ["HOME"]
+    if stage.network and stage.writable:
+        env.setdefault("HF_HOME", str(stage.writable[0]))
+    env.update(stage.env)
+    # rules/ first; a toolchain may add its own paths after it.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stage.rules_dir),
+                                                    stage.env.get("PYTHONPATH")) if p)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # rules/ may be read-only
+    return env
 
 
 def _supervise(proc: subprocess.Popen, request: ExecRequest, start: float) -> ExecResult:

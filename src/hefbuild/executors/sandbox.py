@@ -1,0 +1,141 @@
+"""What a host stage can see, write and reach, and making sure nothing it starts outlives it.
+
+Sandboxed (bubblewrap), the rule runs in a new root that holds only: the system (`/usr`,
+`/bin`, `/lib*`, `/etc`, `/sys`) and its interpreter's installation, read-only; `rules/`,
+its inputs and its file parameters, read-only at their own paths; its scratch `out/` and
+`work/`, writable; a private `/tmp`, `/proc` and `/dev`. The project, `$HOME`, the store and
+other projects do not exist in there. It has no network (not even the host's loopback)
+unless it is `fetch`, which gets the network and the Hugging Face cache. Its environment is
+exactly what the executor passes. bwrap is the init of a new PID namespace: when the rule
+exits, the kernel ends every process it started, daemons included.
+
+Unsandboxed (the project opted out), a small reaper runs the rule as a child subreaper
+(PR_SET_CHILD_SUBREAPER): whatever double-forks or calls setsid is re-parented to it, and
+everything still alive when the rule exits is killed before the stage counts as done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+from .base import StageRun
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
+
+# Run with doit's own python, stdlib only: rule argv follows. Exits with the rule's status.
+REAPER = r"""
+import ctypes, os, signal, sys, time
+ctypes.CDLL(None, use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+pid = os.fork()
+if pid == 0:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    os.execv(sys.argv[1], sys.argv[1:])
+def reap_all():
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+def orphans():
+    me, found = str(os.getpid()), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me:
+                found.append(int(entry))
+    return found
+signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
+status = os.waitpid(pid, 0)[1]
+for _ in range(50):  # the rule is done: nothing it started may go on
+    left = orphans()
+    if not left:
+        break
+    for child in left:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.02)
+    reap_all()
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+@cache
+def bwrap_path() -> str | None:
+    """bubblewrap, if installed and able to make namespaces here."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return None
+    probe = [path, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "true"]
+    try:
+        ok = subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return path if ok else None
+
+
+def reaped(argv: list[str]) -> list[str]:
+    return [sys.executable, "-c", REAPER, *argv]
+
+
+def sandboxed(bwrap: str, stage: StageRun, argv: list[str], env: dict[str, str],
+              network: bool, writable: tuple[Path, ...] = ()) -> list[str]:
+    """The bwrap command line that runs `argv` for `stage` with exactly `env`."""
+    cmd = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+           "--unshare-cgroup-try", "--new-session"]
+    if not network:
+        cmd.append("--unshare-net")
+    for d in SYSTEM_DIRS:
+        cmd += ["--ro-bind-try", d, d]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in interpreter_paths(argv[0]):
+        cmd += ["--ro-bind-try", path, path]
+    readable = [stage.rules_dir, *stage.inputs.values(), *stage.files.values(),
+                stage.scratch / "action.json"]
+    for path in readable:
+        cmd += ["--ro-bind", str(path), str(path)]
+    for path in (stage.out, stage.work, *writable):
+        cmd += ["--bind", str(path), str(path)]
+    # The new root is a tmpfs holding the mount points: read-only too, so that a write to,
+    # say, $HOME fails instead of landing in a folder that vanishes with the stage.
+    cmd += ["--remount-ro", "/", "--clearenv"]
+    for name, value in sorted(env.items()):
+        cmd += ["--setenv", name, value]
+    return [*cmd, "--chdir", str(stage.work), "--", *argv]
+
+
+@cache
+def interpreter_paths(interpreter: str) -> tuple[str, ...]:
+    """The folders an interpreter needs: its prefixes and every existing sys.path entry."""
+    if os.path.realpath(interpreter) == os.path.realpath(sys.executable):
+        entries = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
+    else:
+        probe = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, " \
+                "sys.exec_prefix, *sys.path]))"
+        try:
+            done = subprocess.run([interpreter, "-c", probe], capture_output=True, text=True,
+                                  timeout=60, env={"PATH": os.environ.get("PATH", "")})
+            entries = json.loads(done.stdout)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            entries = []
+    real = os.path.dirname(os.path.realpath(interpreter))
+    found = {os.path.dirname(real), os.path.dirname(os.path.abspath(interpreter))}
+    # Not the folder doit runs in: `python -m doit` puts the project itself on sys.path.
+    found |= {e for e in entries if e and e != os.getcwd() and os.path.exists(e)}
+    return tuple(sorted(p for p in found if not _covered(p)))
+
+
+def _covered(path: str) -> bool:
+    return any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS)
