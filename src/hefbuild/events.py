@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
@@ -20,7 +21,7 @@ class Outcome(str, Enum):
 
 
 class EventLog:
-    """One JSON line per task per invocation; appends are single writes, so lines never mix."""
+    """One JSON line per task per invocation, appended whole (see `_write`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -43,13 +44,57 @@ class EventLog:
         self._write({"summary": counts, "uptodate": sorted(uptodate), "time": _now()})
 
     def _write(self, line: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """One whole line or nothing: under an exclusive lock, a broken tail (a write cut
+        by a full disk or a kill) is first ended by a newline so nothing glues onto it,
+        and a short write is cut back off. An event that cannot be written is dropped:
+        the log reports a build, it never fails one."""
         data = (json.dumps(line, sort_keys=True) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _append_whole(fd, data)
+        except OSError:
+            pass
         finally:
             os.close(fd)
+
+
+def _append_whole(fd: int, data: bytes) -> None:
+    end = os.lseek(fd, 0, os.SEEK_END)
+    if end and os.pread(fd, 1, end - 1) != b"\n":
+        data = b"\n" + data
+    try:
+        written = os.write(fd, data)
+    except OSError:
+        written = -1
+    if written != len(data):
+        os.ftruncate(fd, end)  # nothing rather than half a line
+
+
+def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The whole lines of the log after `offset`, and how many damaged lines were skipped."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], 0
+    events, damaged = [], 0
+    for raw in data.splitlines():
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            damaged += 1
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            damaged += 1
+    return events, damaged
 
 
 ROTATE_BYTES = 8 << 20

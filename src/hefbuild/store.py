@@ -104,18 +104,22 @@ class Store:
         """Move a finished file into the objects (it is consumed); returns its content."""
         self._dirs()
         digest = sha256_file(path)
-        size = path.stat().st_size
+        st = path.stat()
         dest = self.object_path(digest.hex)
         if not self.verify(digest.hex):
             dest.parent.mkdir(parents=True, exist_ok=True)
-            os.chmod(path, 0o444)
-            try:
-                os.replace(path, dest)
-            except OSError:  # scratch on another filesystem: copy, then publish by rename
-                tmp = self._temp_copy(path)
-                os.replace(tmp, dest)
+            if st.st_nlink > 1:
+                # A hard link to a file elsewhere (a rule that linked a project file as
+                # its output): never chmod or adopt someone else's inode; store a copy.
+                os.replace(self._temp_copy(path), dest)
+            else:
+                os.chmod(path, 0o444)
+                try:
+                    os.replace(path, dest)
+                except OSError:  # scratch on another filesystem: copy, publish by rename
+                    os.replace(self._temp_copy(path), dest)
             self._stats.remember(dest, digest)
-        return OutputFile(digest.hex, size)
+        return OutputFile(digest.hex, st.st_size)
 
     def put_bytes(self, data: bytes) -> OutputFile:
         self._dirs()

@@ -5,33 +5,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from .events import Outcome, read_json
+from .events import Outcome, read_events, read_json
 
 _LABELS = {Outcome.BUILT: "built", Outcome.RESTORED: "restored", Outcome.REMOTE: "from remote",
            Outcome.UPTODATE: "up to date", Outcome.FAILED: "failed"}
 
 
 def events_since(path: Path, offset: int) -> list[dict[str, Any]]:
-    """The task lines appended to the event log after `offset` bytes (torn lines skipped)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except OSError:
-        return []
-    found = []
-    for line in data.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and "outcome" in event:
-            found.append(event)
-    return found
+    """The task lines appended to the event log after `offset` bytes (damaged ones skipped)."""
+    events, _damaged = read_events(path, offset)
+    return [e for e in events if "outcome" in e]
 
 
 def outcome_counts(events: list[dict[str, Any]], uptodate: list[str]) -> dict[str, Any]:

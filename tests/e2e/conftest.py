@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.events import expand_summaries
+from hefbuild.events import expand_summaries, read_events
 from hefbuild.executors.sandbox import bwrap_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +64,8 @@ class Project:
         path = self.root / "build" / "events.jsonl"
         if not path.exists():
             return []
-        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        lines, damaged = read_events(path)
+        assert damaged == 0, f"{damaged} damaged lines in {path}"
         return expand_summaries(lines)  # not the heartbeats of running stages
 
     def edit(self, rel: str, old: str, new: str) -> None:

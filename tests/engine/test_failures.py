@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,31 @@ def test_unpinned_hub_fetch_is_a_spec_error_and_logs_nothing(make_engine, root, 
         make_engine().run("fetch:hubby")
     assert fake.ran == []
     assert not (root / "build" / "events.jsonl").exists()
+
+
+class LinkingExport(FakeExecutor):
+    """A rule that hard-links a project file as its output."""
+
+    def __init__(self, victim: Path) -> None:
+        super().__init__()
+        self.victim = victim
+
+    def _write_outputs(self, action):  # noqa: ANN001, ANN202
+        super()._write_outputs(action)
+        if action["stage"] == "export":
+            out = Path(action["out"]) / "model.onnx"
+            out.unlink()
+            os.link(self.victim, out)
+
+
+def test_an_output_hard_linked_to_a_project_file_leaves_that_file_alone(make_engine, root):
+    victim = root / "data" / "calibration" / "tiny-stories.txt"
+    before = victim.stat()
+    engine = make_engine(LinkingExport(victim))
+    engine.run(f"fetch:{MODEL}")
+    engine.run(f"export:{MODEL}")
+    after = victim.stat()
+    assert stat.S_IMODE(after.st_mode) == stat.S_IMODE(before.st_mode)  # not made 0444
+    out = root / "build" / MODEL / "export" / "model.onnx"
+    assert out.stat().st_ino != victim.stat().st_ino  # the store holds its own copy
+    assert out.read_bytes() == victim.read_bytes()
