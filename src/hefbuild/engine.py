@@ -11,7 +11,8 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,9 @@ from .key import ActionKey, describe
 from .outputs import fits_declared
 from .plan import Action, plan_project, rule_code_files
 from .project import Project
+from .stagelog import bound_log, log_limit
 from .statcache import StatCache
-from .store import STORE_FORMAT, Record, Store
+from .store import STORE_FORMAT, Record, Store, sweep_staging
 from .storelock import StoreLock, register_project
 from .summary import check_verdict
 from .toolchain import ToolchainResolver, interpreter_path
@@ -59,6 +61,7 @@ class Engine:
         self._registered = False
         self.warnings: list[str] = []
         self._said_unsandboxed = False
+        self._swept = False
         self._remote: RemoteCache | None | bool = False  # False: not set up yet
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json",
                                             self.paths.toolchains)
@@ -218,8 +221,9 @@ class Engine:
             raise  # bad input changes nothing, not even the event log
         except BaseException as exc:
             self.fast.drop(task)
+            peak = getattr(exc, "peak_rss_mb", None) or peak_rss_mb()  # the rule's, if it ran
             self.events.append(task, key.hex if key else None, Outcome.FAILED,
-                               time.monotonic() - start, peak_rss_mb(), error=_one_line(exc))
+                               time.monotonic() - start, peak, error=_one_line(exc))
             raise
         peak = record.peak_rss_mb if record and outcome is Outcome.BUILT else peak_rss_mb()
         self.events.append(task, key.hex, outcome, time.monotonic() - start, peak, **extra)
@@ -317,27 +321,45 @@ class Engine:
     def _build(self, action: Action, key: ActionKey, start: float) -> Record:
         tc = self.project.toolchains[action.toolchain]
         self.toolchains.check(tc)
+        self._sweep_once()
+        running = self._stage_dir(action).parent / f"{action.stage}.running.log"
+        running.parent.mkdir(parents=True, exist_ok=True)
+        running.unlink(missing_ok=True)
         with self.store.scratch() as scratch:
-            stage = self._stage_run(action, key, scratch)
-            result = self._executor(tc.kind).run_stage(stage)
+            stage = replace(self._stage_run(action, key, scratch), log_file=running)
+            try:
+                result = self._executor(tc.kind).run_stage(stage)
+            except BaseException:
+                self._keep_failed_log(action, running)
+                raise
             if result.returncode != 0 or result.killed_for:
-                self._keep_failed_log(action, stage.log_path)
-                raise RuleFailed(_failure_message(action, stage, result))
+                message = _failure_message(action, stage, result, self.store.root)
+                self._keep_failed_log(action, running)
+                raise RuleFailed(message, peak_rss_mb=result.peak_rss_mb)
             outputs = self._collect_outputs(action, stage.out)
+            bound_log(running, scratch / LOG, log_limit())
             with self.store_lock.shared():
-                record = self._store_result(action, key, result, outputs, stage)
+                record = self._store_result(action, key, result, outputs, scratch / LOG,
+                                            "docker" if stage.image else result.isolation)
                 self._install(action, key, Outcome.BUILT, record, {}, start)
+            running.unlink(missing_ok=True)
         return record
 
+    def _sweep_once(self) -> None:
+        """What killed runs left: scratch folders in the store, staging folders in build/."""
+        if not self._swept:
+            self._swept = True
+            self.store.sweep_stale()
+            sweep_staging(self.paths.build)
+
     def _store_result(self, action: Action, key: ActionKey, result: ExecResult,
-                      outputs: dict[str, Path], stage: StageRun) -> Record:
+                      outputs: dict[str, Path], log_path: Path, isolation: str) -> Record:
         stored = {rel: self.store.put_file(path) for rel, path in outputs.items()}
-        log = self.store.put_file(stage.log_path)
+        log = self.store.put_file(log_path)
         record = Record(key.hex, action.stage, stored, log.digest,
                         key.description["toolchain"], round(result.seconds, 3),
                         round(result.peak_rss_mb, 1), key.description,
-                        round(result.cpu_seconds, 2), round(time.time(), 3),
-                        "docker" if stage.image else result.isolation)
+                        round(result.cpu_seconds, 2), round(time.time(), 3), isolation)
         self.store.put_record(record)
         return record
 
@@ -422,10 +444,11 @@ class Engine:
                                     f"write declared output {decl}")
         return found
 
-    def _keep_failed_log(self, action: Action, log_path: Path) -> None:
+    def _keep_failed_log(self, action: Action, running: Path) -> None:
+        """The whole log of the failed run, where a person looks (same disk: a rename)."""
         dest = self._stage_dir(action).parent / f"{action.stage}.failed.log"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(log_path, dest)
+        with suppress(OSError):
+            os.replace(running, dest)
 
     # -- build/ ----------------------------------------------------------------------
 
@@ -440,7 +463,9 @@ class Engine:
         staging = final.parent / f".{action.stage}.new-{os.getpid()}"
         for rel, out in record.outputs.items():
             self.store.materialize(out.digest, staging / rel)
-        self.store.materialize(record.log, staging / LOG)
+        # A copy, not a link: an edit of build/'s log must not reach the store and the
+        # other projects (logs are bounded, so a copy is cheap).
+        self.store.copy_out(record.log, staging / LOG)
         (staging / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1))
         _swap_dir(staging, final)
         self.fast.forget(action.out_dir)
@@ -503,7 +528,8 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _failure_message(action: Action, stage: StageRun, result: ExecResult) -> str:
+def _failure_message(action: Action, stage: StageRun, result: ExecResult,
+                     store: Path) -> str:
     from .executors.host import log_tail
     from .executors.watch import MIB
 
@@ -518,8 +544,21 @@ def _failure_message(action: Action, stage: StageRun, result: ExecResult) -> str
         cap = (stage.limits.memory_bytes or 0) / MIB
         return (f"{action.task}: killed at its memory cap of {cap:.0f} MiB (peak "
                 f"{result.peak_rss_mb:.0f} MiB); raise `memory` in {where}; log: {rel_log}")
+    full = _disk_nearly_full(store)
     return (f"{action.task}: rules/{action.rule} failed (exit {result.returncode}): "
-            f"{log_tail(stage.log_path)}; log: {rel_log}")
+            f"{log_tail(stage.log_path)}{full}; log: {rel_log}")
+
+
+def _disk_nearly_full(path: Path) -> str:
+    """A rule writing its outputs into a full store disk says little of why it failed."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return ""
+    if usage.free < max(64 << 20, usage.total // 100):
+        return (f" (the store's disk is full: {usage.free >> 20} MiB free at {path.parent}; "
+                f"free space or run `doit gc`)")
+    return ""
 
 
 def _human_s(seconds: float | None) -> str:

@@ -32,7 +32,9 @@ class StageError(HefbuildError):
 
 
 class RuleFailed(StageError):
-    pass
+    def __init__(self, message: str, peak_rss_mb: float | None = None) -> None:
+        super().__init__(message)
+        self.peak_rss_mb = peak_rss_mb  # the rule's own, for the failed event
 
 
 class MissingOutput(StageError):

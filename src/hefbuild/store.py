@@ -92,7 +92,7 @@ class Store:
     def scratch(self) -> Iterator[Path]:
         """A private dir on the store's filesystem, removed afterwards whatever happens."""
         self._dirs()
-        path = Path(tempfile.mkdtemp(prefix="scratch-", dir=self.root / "tmp"))
+        path = Path(tempfile.mkdtemp(prefix=f"scratch-{os.getpid()}-", dir=self.root / "tmp"))
         try:
             yield path
         finally:
@@ -139,7 +139,7 @@ class Store:
     def incoming(self) -> Iterator[tuple[Path, IO[bytes]]]:
         """A temp file in the store being written by a download; gone unless adopted."""
         self._dirs()
-        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp", prefix="incoming-")
+        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp", prefix=f"incoming-{os.getpid()}-")
         out = os.fdopen(fd, "wb")
         try:
             yield Path(tmp), out
@@ -225,6 +225,27 @@ class Store:
         digests = [o.digest for o in record.outputs.values()] + [record.log]
         return all([self.verify(d) for d in digests])  # verify all: prune every bad one
 
+    def sweep_stale(self) -> int:
+        """Remove scratch folders and downloads of processes that are gone (kill -9)."""
+        removed = 0
+        for entry in (self.root / "tmp").glob("*-*-*"):
+            kind, _, rest = entry.name.partition("-")
+            pid = rest.partition("-")[0]
+            if kind in ("scratch", "incoming") and pid.isdigit() and not _alive(int(pid)):
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    def copy_out(self, digest: str, dest: Path) -> None:
+        """A read-only copy of an object (for files build/ must not share with the store)."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.object_path(digest), dest)
+        os.chmod(dest, 0o444)
+        self._stats.remember(dest, Digest(digest))
+
     def materialize(self, digest: str, dest: Path) -> None:
         """Hard-link (or copy across filesystems) one object to `dest`, read-only."""
         src = self.object_path(digest)
@@ -236,3 +257,24 @@ class Store:
             os.chmod(dest, 0o444)
         # One row per inode: the link's row is the object's, with the ctime linking gave it.
         self._stats.remember(dest, Digest(digest))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_staging(build: Path) -> int:
+    """Staging folders (`build/<model>/.<stage>.new-PID`, `.old-PID`) of dead processes."""
+    removed = 0
+    for entry in build.glob("*/.*.*-*"):
+        pid = entry.name.rpartition("-")[2]
+        if entry.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return removed

@@ -53,6 +53,7 @@ class StageRun:
     sandbox: bool = True  # host stages in bubblewrap (see executors/sandbox.py)
     network: bool = False  # fetch alone reaches the network (and gets the hub credentials)
     writable: tuple[Path, ...] = ()  # beyond out/ and work/ (fetch: the Hugging Face cache)
+    log_file: Path | None = None  # where the rule's output streams (default scratch/log.txt)
 
     @property
     def out(self) -> Path:
@@ -64,7 +65,7 @@ class StageRun:
 
     @property
     def log_path(self) -> Path:
-        return self.scratch / "log.txt"
+        return self.log_file or self.scratch / "log.txt"
 
     def action_json(self, path_of: Callable[[Path], str]) -> str:
         """The rule's ACTION_JSON, with every path as the rule will see it."""

@@ -1,0 +1,52 @@
+"""A stage's log: streamed whole to `build/<model>/<stage>.running.log` while the rule runs
+(so a person can `tail -f` it, on the project's disk even when the store's is full), then
+kept in the store bounded: the head and the tail of an oversized log, with one line saying
+how much was cut from the middle."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .params import parse_size
+
+DEFAULT_MAX = 4 << 20
+_CHUNK = 1 << 20
+
+
+def log_limit() -> int:
+    """`HEFBUILD_LOG_MAX` (e.g. "16m"), else 4 MiB."""
+    try:
+        return max(4096, parse_size(os.environ.get("HEFBUILD_LOG_MAX", DEFAULT_MAX)))
+    except ValueError:
+        return DEFAULT_MAX
+
+
+def bound_log(src: Path, dest: Path, max_bytes: int) -> int:
+    """Copy `src` to `dest`, keeping at most `max_bytes` of it; returns the bytes cut."""
+    size = src.stat().st_size if src.exists() else 0
+    if size <= max_bytes:
+        if src.exists():
+            shutil.copyfile(src, dest)
+        else:
+            dest.write_bytes(b"")
+        return 0
+    half = max_bytes // 2
+    cut = size - 2 * half
+    with open(src, "rb") as f, open(dest, "wb") as out:
+        _copy(f, out, half)
+        out.write(f"\n[hefbuild: {cut} bytes ({cut / (1 << 20):.1f} MiB) cut from the middle "
+                  f"of this log; the limit is HEFBUILD_LOG_MAX={max_bytes}]\n".encode())
+        f.seek(size - half)
+        _copy(f, out, half)
+    return cut
+
+
+def _copy(f, out, n: int) -> None:  # noqa: ANN001 - binary files
+    while n > 0:
+        chunk = f.read(min(_CHUNK, n))
+        if not chunk:
+            return
+        out.write(chunk)
+        n -= len(chunk)
