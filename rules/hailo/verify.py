@@ -1,9 +1,11 @@
 """verify (hailo10h): run the compiled HEF on a Hailo-10H and compare it with the float reference.
 
 Runs in doit's own python on the build host and reaches the device through `common.device`
-(`action["device"]`: kind ssh|local, host, user, port, key_file, interpreter, remote_dir, pins
-{hailort, firmware}, retry {attempts, backoff, attempt_timeout}). On the device host every step
-is one fresh `python device_check.py ...` process (protocol in `hailo/device_check.py`):
+(`action["device"]`: kind ssh|local, host, user, port, key_file, host_key or known_hosts,
+interpreter, remote_dir, pins {hailort, firmware}, retry {attempts, backoff, attempt_timeout}).
+A device host that does not present the declared host key gets nothing: the stage fails on the
+first connection with one line, never retried. On the device host every step is one fresh
+`python device_check.py ...` process (protocol in `hailo/device_check.py`):
 
 1. audit   the HEF alone, before any device time (here when hailo_platform is importable here,
            else on the device host): exactly `<scope>__prefill` and `<scope>__tbt`, six inputs,
@@ -38,7 +40,7 @@ from typing import Any
 
 from common.action import check_outputs, fail, load_action, round_sig, write_json
 from common.compare import compare_generations, judge
-from common.device import Completed, Transport, TransportError, open_transport
+from common.device import Completed, HostKeyError, Transport, TransportError, open_transport
 
 CHECK_SCRIPT = Path(__file__).resolve().parent / "device_check.py"
 TRANSIENT_EXIT, DETERMINISTIC_EXIT = 3, 4
@@ -153,6 +155,8 @@ def call(dev: Device, label: str, args: list[str], cwd: str | None = None) -> Ou
 def attempt(dev: Device, argv: list[str], cwd: str | None) -> Outcome:
     try:
         done = dev.transport.run(argv, dev.retry.attempt_timeout, cwd=cwd)
+    except HostKeyError:  # not the declared host: no retry would change that
+        raise
     except TransportError as exc:  # the connection itself: worth another fresh attempt
         print(f"[device] {exc}")
         return Outcome("transient", {}, "ssh connection failed (see the stage log)")
@@ -508,6 +512,8 @@ def run(action, dev: Device, device: dict[str, Any], params: dict[str, Any], hef
             raise DeviceFailure(f"HEF audit: {'; '.join(problems)}")
         report["device"] = versions(dev, device.get("pins") or {})
         result = generate(dev, files, params, reference, work, device.get("pins") or {})
+    except HostKeyError as exc:  # nothing more is asked of a host that is not the declared one
+        return f"verify: {exc}"
     except (DeviceFailure, TransportError) as exc:
         check = fetch_device_logs(dev)
         if dev.fake:

@@ -22,12 +22,20 @@ from .project import STATE_DIR, Project
 from .selection import models_named
 from .session import actions_at, engine_for, fast_path_at, only_models, project_at
 
+_interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
+
 
 def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:
+    if _interrupted:
+        return TaskFailed(f"{task}: not started, the run was interrupted at {_interrupted[0]}")
     try:
         return engine_for(root).run(task, force=forced(task, sys.argv[1:]))
     except HefbuildError as exc:
         return TaskFailed(str(exc))
+    except KeyboardInterrupt:
+        _interrupted.append(task)
+        return TaskFailed(f"{task}: interrupted (Ctrl-C); the stage was stopped and nothing "
+                          f"of it was recorded")
 
 
 def forced(task: str, argv: list[str]) -> bool:
@@ -42,10 +50,14 @@ def forced(task: str, argv: list[str]) -> bool:
 
 def check_uptodate(root: str, task: str) -> bool:
     """The last verdict while nothing it read changed; else the engine decides."""
-    action = actions_at(root)[task]
-    if fast_path_at(root).answer(task, action.toolchain) is not None:
-        return True
-    return engine_for(root).is_uptodate(task)
+    try:
+        action = actions_at(root)[task]
+        if fast_path_at(root).answer(task, action.toolchain) is not None:
+            return True
+        return engine_for(root).is_uptodate(task)
+    except KeyboardInterrupt:
+        print(f"hefbuild: interrupted (Ctrl-C) while checking {task}", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 # doit inspects every uptodate callable's signature once per task (for its magic `task`

@@ -6,6 +6,7 @@ Deciding (`decide`) is separate from doing (`run`): `decide` reads state and ret
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -16,7 +17,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import HefbuildError, MissingOutput, RuleFailed, SpecError, StageError
+from .errors import (
+    HefbuildError,
+    MissingOutput,
+    RuleFailed,
+    SpecError,
+    StageError,
+    StoreError,
+)
 from .events import EventLog, Outcome, peak_rss_mb, read_json
 
 if TYPE_CHECKING:
@@ -80,6 +88,7 @@ class Engine:
     def key_of(self, action: Action) -> ActionKey:
         tc = self.project.toolchains[action.toolchain]
         self._check_pinned(action)
+        self.toolchains.check(tc)  # a pin that no longer holds is never "up to date"
         return ActionKey.of(describe(
             stage=action.stage,
             outputs=action.outputs,
@@ -212,11 +221,14 @@ class Engine:
         start = time.monotonic()
         key: ActionKey | None = None
         try:
-            inputs = self._depends_on(action)
-            decision = self.decide(action)
-            key = decision.key
-            outcome, record, extra = self._realize(action, decision, force, start)
-            self._keep_verdict(action, key, inputs)
+            try:
+                inputs = self._depends_on(action)
+                decision = self.decide(action)
+                key = decision.key
+                outcome, record, extra = self._realize(action, decision, force, start)
+                self._keep_verdict(action, key, inputs)
+            except OSError as exc:
+                raise _disk_error(task, exc, self.paths.store) from exc
         except SpecError:
             raise  # bad input changes nothing, not even the event log
         except BaseException as exc:
@@ -547,6 +559,19 @@ def _failure_message(action: Action, stage: StageRun, result: ExecResult,
     full = _disk_nearly_full(store)
     return (f"{action.task}: rules/{action.rule} failed (exit {result.returncode}): "
             f"{log_tail(stage.log_path)}{full}; log: {rel_log}")
+
+
+def _disk_error(task: str, exc: OSError, store: Path) -> HefbuildError:
+    """A failing filesystem, said in one line: which file, what happened, what to do."""
+    where = exc.filename or "?"
+    in_store = str(where).startswith(str(store))
+    fix = {errno.ENOSPC: "free some space" + (" or run `doit gc`" if in_store else ""),
+           errno.EDQUOT: "free some space", errno.EROFS: "the filesystem is read-only",
+           errno.EACCES: "check its permissions", errno.EPERM: "check its permissions"}
+    hint = fix.get(exc.errno or 0, "")
+    what = "the store" if in_store else "the project"
+    text = f"{task}: {exc.strerror or type(exc).__name__} writing {what} ({where})"
+    return (StoreError if in_store else StageError)(text + (f"; {hint}" if hint else ""))
 
 
 def _disk_nearly_full(path: Path) -> str:

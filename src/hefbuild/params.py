@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -37,7 +38,12 @@ def check_value(value: Any, pdef: ParamDef) -> str | None:
     if expected:
         return expected
     if pdef.choices and value not in pdef.choices:
-        return "one of " + ", ".join(repr(c) for c in pdef.choices)
+        return "one of " + ", ".join(repr(c) for c in pdef.choices) + \
+            f", got {safe_repr(value)}"
+    if pdef.type is ParamType.STR_LIST:
+        if pdef.minimum is not None and len(value) < pdef.minimum:
+            return f"a list of at least {pdef.minimum:g} strings, got {safe_repr(value)}"
+        return None
     if pdef.minimum is not None and value < pdef.minimum:
         return f"{pdef.type.value} >= {pdef.minimum}"
     if pdef.maximum is not None and value > pdef.maximum:
@@ -48,7 +54,8 @@ def check_value(value: Any, pdef: ParamDef) -> str | None:
 def _type_error(value: Any, ptype: ParamType) -> str | None:
     ok = {
         ParamType.INT: isinstance(value, int) and not isinstance(value, bool),
-        ParamType.FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool),
+        ParamType.FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(value),
         ParamType.BOOL: isinstance(value, bool),
         ParamType.STR: isinstance(value, str),
         ParamType.FILE: isinstance(value, str) and value != "",
@@ -60,7 +67,16 @@ def _type_error(value: Any, ptype: ParamType) -> str | None:
 
 
 def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"[:60]
+    return f"{type(value).__name__} {safe_repr(value)}"
+
+
+def safe_repr(value: Any) -> str:
+    """A short repr, even of a value nested thousands deep."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 3, 40, 40
+    return short.repr(value)[:60]
 
 
 def normalize(value: Any, pdef: ParamDef) -> Any:
@@ -96,7 +112,7 @@ def _with_unit(value: Any, units: dict[str, int], number: type) -> float:
         text = str(value).strip().lower().removesuffix("b").removesuffix("i")
         unit = units.get(text[-1:])
         result = float(text[:-1]) * unit if unit else float(text)
-    if result <= 0:
+    if not result > 0 or not math.isfinite(result):  # nan, inf: no duration or size
         raise ValueError(value)
     return number(result) if number is int else result
 
@@ -104,6 +120,6 @@ def _with_unit(value: Any, units: dict[str, int], number: type) -> float:
 def _parses(parse: Any, value: Any) -> bool:
     try:
         parse(value)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         return False
     return True

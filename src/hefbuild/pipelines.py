@@ -38,7 +38,7 @@ COMMON_STAGE_KEYS = {
 _FETCH = StageDef("fetch", "fetch.py", (), ("checkpoint/",))
 
 _VERIFY_PARAMS = {
-    "prompts": ParamDef(T.STR_LIST, ["Once upon a time", "The children played"]),
+    "prompts": ParamDef(T.STR_LIST, ["Once upon a time", "The children played"], minimum=1),
     "max_new_tokens": ParamDef(T.INT, 16, minimum=1),
     "min_token_agreement": ParamDef(T.FLOAT, 0.5, minimum=0.0, maximum=1.0),
 }

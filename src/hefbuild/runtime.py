@@ -48,6 +48,10 @@ def device_target(tc: ToolchainSpec) -> dict[str, Any]:
         device.update(kind="ssh", host=parsed.hostname, port=parsed.port or 22)
         if parsed.username:
             device["user"] = parsed.username
+        pinned = os.environ.get("HEFBUILD_DEVICE_HOST_KEY", "").strip()
+        if pinned:  # that host's own key(s), one a line (checked by rules/common/device.py)
+            device.update(host_key=pinned.splitlines(), host_key_for=None,
+                          host_key_from="HEFBUILD_DEVICE_HOST_KEY")
     if device.get("key_file"):
         device["key_file"] = os.path.expanduser(device["key_file"])
     return device

@@ -18,6 +18,8 @@ from .params import ParamType as T
 from .pipelines import COMMON_STAGE_KEYS, PIPELINES, stage_defs
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+SECRET_ENV_RE = re.compile(
+    r"(^|_)(TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIALS?|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I)
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 SYNTHETIC_KEYS: dict[str, ParamDef] = {
@@ -113,6 +115,11 @@ def read_toml(path: Path, shown: str) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(shown, "", f"malformed TOML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(shown, "", f"not UTF-8 text (byte {exc.start}: "
+                        f"{exc.object[exc.start:exc.start + 1]!r})") from exc
+    except RecursionError:
+        raise SpecError(shown, "", "nested too deeply to be a declaration") from None
     except OSError as exc:
         raise SpecError(shown, "", f"cannot be read ({exc.strerror})") from exc
 
@@ -170,6 +177,10 @@ def _check_project_file(value: str, root: Path, shown: str, key: str) -> None:
                         f"got {value!r}")
     if not (root / rel).is_file():
         raise SpecError(shown, key, f"file {value!r} does not exist (paths are project-relative)")
+    real = (root / rel).resolve()
+    if not real.is_relative_to(root.resolve()):
+        raise SpecError(shown, key, f"a file inside the project, got {value!r}, a link to a "
+                        f"file outside it")
 
 
 def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
@@ -180,7 +191,8 @@ def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
     _only_keys(model, {"target", "toolchain", "description"}, shown, "model")
     target = model.get("target")
     if target not in PIPELINES:
-        raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(PIPELINES)))
+        raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(PIPELINES))
+                        + f", got {target!r}")
     toolchain = _toolchain_name(model.get("toolchain", "host"), toolchains, shown,
                                 "model.toolchain")
     source = _load_source(_table(doc, "source", shown, "source"), shown, root)
@@ -241,9 +253,10 @@ def _load_stages(
 
 TOOLCHAIN_KINDS = ("host", "docker", "ssh", "local")
 _DEVICE_KEYS = {"kind", "interpreter", "description", "host", "user", "port", "key_file",
-                "remote_dir"}
+                "remote_dir", "host_key", "known_hosts"}
 _TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description"},
-                   "ssh": _DEVICE_KEYS, "local": _DEVICE_KEYS - {"host", "user", "port"},
+                   "ssh": _DEVICE_KEYS,
+                   "local": _DEVICE_KEYS - {"host", "user", "port", "host_key", "known_hosts"},
                    "docker": {"kind", "interpreter", "description", "context", "tag", "image"}}
 
 
@@ -268,8 +281,14 @@ def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
     for name, sha in wheels.items():
         if sha and not SHA256_RE.match(sha):  # "" = not pinned yet: the image will not build
             raise SpecError(shown, f"wheels.{name}", "a sha256 hex digest of the wheel")
+    env = _str_table(doc, "env", shown)
+    for name in env:
+        if SECRET_ENV_RE.search(name):
+            raise SpecError(shown, f"env.{name}", "no secrets in a toolchain's environment (it "
+                            "enters every key and manifest): export it in your shell; fetch "
+                            "gets the hub's token from there")
     return ToolchainSpec(path.stem, shown, kind, interpreter, _str_table(doc, "packages", shown),
-                         _str_table(doc, "env", shown), str(tc.get("description", "")),
+                         env, str(tc.get("description", "")),
                          limits, image, wheels, device)
 
 
@@ -279,6 +298,10 @@ DEVICE_KEYS = {
     "port": ParamDef(T.INT, 22, minimum=1, maximum=65535),
     "key_file": ParamDef(T.STR),
     "remote_dir": ParamDef(T.STR, ".cache/hefbuild-device"),
+    # The device host's public key(s), `<type> <base64>` as in a known_hosts line without
+    # the host name (a string or a list); else a known_hosts file (default ~/.ssh/known_hosts).
+    "host_key": ParamDef(T.STR_LIST),
+    "known_hosts": ParamDef(T.STR),
 }
 PIN_KEYS = {"hailort": ParamDef(T.STR, required=True), "firmware": ParamDef(T.STR, required=True)}
 RETRY_KEYS = {
@@ -289,10 +312,47 @@ RETRY_KEYS = {
 
 
 def _device(doc: dict[str, Any], tc: dict[str, Any], shown: str, root: Path) -> dict[str, Any]:
-    """Where the Hailo device is and what it must run: connection, pins, retry policy.
-    Only the pins enter keys; the connection and the retry policy never do."""
+    """Where the Hailo device is and what it must run: connection (with the host key it must
+    present), pins, retry policy. Only the pins enter keys; the connection, the host key and
+    the retry policy never do."""
+    import base64
+    import binascii
+
     given = {k: v for k, v in tc.items() if k in DEVICE_KEYS}
+    if isinstance(given.get("host_key"), str):
+        given["host_key"] = [given["host_key"]]
     device = check_params(given, DEVICE_KEYS, shown, "toolchain", root)
+    key_types = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                 "ecdsa-sha2-nistp521", "ssh-rsa")
+    pinned = []
+    for text in device.get("host_key", []):
+        kind, b64 = (text.split() + ["", ""])[:2]
+        try:
+            blob = base64.b64decode(b64, validate=True) if kind in key_types else b""
+        except binascii.Error:
+            blob = b""
+        named = blob[4:4 + int.from_bytes(blob[:4], "big")]
+        if not b64 or named != kind.encode():
+            got = " ".join(text.split())
+            raise SpecError(shown, "toolchain.host_key", "expected a public host key "
+                            f"'<type> <base64>' with type one of {', '.join(key_types)}, "
+                            f"got {got if len(got) <= 60 else got[:57] + '...'!r}")
+        pinned.append(f"{kind} {b64}")
+    if "host_key" in device:
+        if not pinned:
+            raise SpecError(shown, "toolchain.host_key", "expected at least one host key")
+        if "known_hosts" in device:
+            raise SpecError(shown, "toolchain.known_hosts",
+                            "expected either host_key or known_hosts, not both")
+    known = device.get("known_hosts")
+    if known is not None and not known.startswith(("/", "~")):
+        raise SpecError(shown, "toolchain.known_hosts",
+                        f"expected an absolute path or one starting with ~, got {known!r}")
+    # The declared key is this host's only: HEFBUILD_DEVICE naming another does not inherit it.
+    declared_host = f"[{device.get('host')}]:{device['port']}" if tc["kind"] == "ssh" else "local"
+    device.update(declared_host=declared_host, declared_in=shown)
+    if pinned:
+        device.update(host_key=pinned, host_key_for=declared_host)
     device["kind"] = tc["kind"]
     device["pins"] = check_params(_table(doc, "pins", shown, "pins"), PIN_KEYS, shown, "pins",
                                   root)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat as stat_mod
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class StatCache:
         self._conn: sqlite3.Connection | None = None
         self._memo: dict[tuple[int, int], _Row] = {}
         self._writable = True
+        self._lock = threading.Lock()  # doit -P thread: one connection, one user at a time
         self.bytes_hashed = 0
 
     def _db(self) -> sqlite3.Connection:
@@ -122,10 +124,11 @@ class StatCache:
 
     def _select(self, ident: tuple[int, int]) -> tuple | None:
         try:
-            cur = self._db().execute(
-                "SELECT size, mtime_ns, ctime_ns, nlink, digest FROM files"
-                " WHERE dev = ? AND ino = ?", ident)
-            return cur.fetchone()
+            with self._lock:
+                cur = self._db().execute(
+                    "SELECT size, mtime_ns, ctime_ns, nlink, digest FROM files"
+                    " WHERE dev = ? AND ino = ?", ident)
+                return cur.fetchone()
         except sqlite3.Error:
             return None  # an unreadable cache is an empty one
 
@@ -135,10 +138,11 @@ class StatCache:
         if not self._writable:
             return
         try:
-            self._db().execute(
-                "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (st.st_dev, st.st_ino, row.size, row.mtime, row.ctime, row.nlink, digest.hex,
-                 os.path.abspath(name), time.time()))
+            with self._lock:
+                self._db().execute(
+                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (st.st_dev, st.st_ino, row.size, row.mtime, row.ctime, row.nlink,
+                     digest.hex, os.path.abspath(name), time.time()))
         except sqlite3.Error:
             self._writable = False  # read-only or full: go on, remembering in memory only
 

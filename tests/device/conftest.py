@@ -1,6 +1,8 @@
 """A real OpenSSH server on 127.0.0.1 standing in for the Hailo device host.
 
-The "device host" is this machine reached over that sshd, as root with a generated key. Its
+The "device host" is this machine reached over that sshd, as root with a generated key; the
+sshd's host key is generated too, and `SshHost.host_key` is its public half (what a device
+toolchain declares as `host_key`). Its
 python is a wrapper script (`device-python`) that runs this test run's interpreter with
 `tests/fakes` and `rules` on PYTHONPATH and FAKE_HAILO_CONTROL set, so `hailo_platform` is the
 test double (which generates by running the HEF's ONNX graph on ONNX Runtime). Skipped when
@@ -9,6 +11,7 @@ test double (which generates by running the HEF's ONNX graph on ONNX Runtime). S
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from e2e.conftest import DoitRun, Project, copy_project
+from fakes.toolchains import FAKE_DFC_TOOLCHAIN
 
 REPO = Path(__file__).resolve().parents[2]
 SSHD = "/usr/sbin/sshd"
@@ -37,6 +42,16 @@ class SshHost:
     def url(self) -> str:
         return f"ssh://root@127.0.0.1:{self.port}"
 
+    @property
+    def host_key(self) -> str:
+        """The sshd's public host key, `ssh-ed25519 <base64>` (no comment)."""
+        return public_key(self.root / "host_key.pub")
+
+    def known_hosts(self, path: Path, key: str | None = None) -> Path:
+        """A known_hosts file holding `key` (default: the real one) for this sshd."""
+        path.write_text(f"[127.0.0.1]:{self.port} {key or self.host_key}\n")
+        return path
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -47,6 +62,11 @@ def free_port() -> int:
 def keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hefbuild-test",
                     "-f", str(path)], check=True, capture_output=True)
+
+
+def public_key(pub: Path) -> str:
+    """`<type> <base64>` of an OpenSSH .pub file."""
+    return " ".join(pub.read_text().split()[:2])
 
 
 def sshd_config(root: Path, port: int) -> str:
@@ -123,3 +143,98 @@ def ssh_host(tmp_path_factory: pytest.TempPathFactory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# -- a project wired to that device host ----------------------------------------------------
+
+MODEL = "tiny-hailo-llama"
+VERIFY = f"verify:{MODEL}"
+FAKE_DFC = FAKE_DFC_TOOLCHAIN
+DEVICE = """\
+[toolchain]
+kind = "ssh"
+host = "{host}"
+user = "root"
+port = {port}
+key_file = "{key}"
+{trust}
+interpreter = "{python}"
+remote_dir = "{remote}"
+description = "this machine over a loopback sshd; hailo_platform is the FAKE test double"
+
+[pins]
+hailort = "5.3.0"
+firmware = "5.3.0"
+
+[retry]
+attempts = {attempts}
+backoff = "0.2s"
+attempt_timeout = "{timeout}"
+"""
+
+
+@pytest.fixture(scope="module")
+def device_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("device-store")
+
+
+class Bench:
+    """One project copy wired to the loopback device host (for the `doit verify` tests)."""
+
+    def __init__(self, project: Project, host: SshHost, remote: Path, state: Path):
+        self.project, self.host, self.remote, self.state = project, host, remote, state
+
+    def device(self, *, attempts: int = 3, timeout: str = "60s", host: str = "127.0.0.1",
+               port: int | None = None, host_key: str | list[str] | None = None,
+               known_hosts: Path | None = None) -> None:
+        """The device toolchain; it declares the sshd's real host key unless given another
+        `host_key` ("" declares none) or a `known_hosts` file instead."""
+        if known_hosts is not None:
+            trust = f'known_hosts = "{known_hosts}"'
+        elif host_key == "":
+            trust = ""
+        else:
+            trust = f"host_key = {json.dumps(host_key or self.host.host_key)}"
+        text = DEVICE.format(host=host, port=port or self.host.port, key=self.host.key_file,
+                             trust=trust, python=self.host.python, remote=self.remote,
+                             attempts=attempts, timeout=timeout)
+        (self.project.root / "toolchain/hailo10h-device.toml").write_text(text)
+
+    def fake(self, mode: str = "ok", **versions: str) -> None:
+        control = {"mode": mode, "versions": versions, "state_dir": str(self.state)}
+        self.host.control.write_text(json.dumps(control))
+
+    def verify(self, *args: str, env: dict | None = None) -> DoitRun:
+        return self.project.doit(*args, VERIFY, timeout=300, env=env)
+
+    @property
+    def stage_dir(self) -> Path:
+        return self.project.root / "build" / MODEL
+
+    def log(self) -> str:
+        return (self.stage_dir / "verify" / "log.txt").read_text()
+
+    def failed_log(self) -> str:
+        return (self.stage_dir / "verify.failed.log").read_text()
+
+    def report(self) -> dict:
+        return json.loads((self.stage_dir / "verify" / "report.json").read_text())
+
+
+@pytest.fixture
+def bench(tmp_path: Path, device_store: Path, ssh_host: SshHost) -> Bench:
+    project = copy_project(tmp_path / "project", device_store)
+    shutil.copy(REPO / "tests/hailo_models" / f"{MODEL}.toml", project.root / "models")
+    (project.root / "toolchain/hailo-dfc-5.3.0.toml").write_text(FAKE_DFC)
+    run = project.doit(f"hef:{MODEL}", f"reference:{MODEL}")
+    assert run.returncode == 0, run.stdout + run.stderr
+    b = Bench(project, ssh_host, tmp_path / "device-cache", tmp_path / "fake-state")
+    b.device()
+    b.fake("ok")
+    return b
+
+
+def error_line(run: DoitRun) -> str:
+    """doit's one ERROR line for the stage: it quotes the rule's last log line."""
+    return next(line for line in (run.stdout + run.stderr).splitlines()
+                if line.startswith(f"ERROR: {VERIFY}"))

@@ -1,4 +1,5 @@
-"""`common.device` against the real sshd on loopback: run, hard timeout, put, exists."""
+"""`common.device` against the real sshd on loopback: run, hard timeout, put, exists.
+(The host key checks themselves: test_host_key.py.)"""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from common.device import LocalTransport, SshTransport, TransportError, open_tra
 @pytest.fixture
 def ssh(ssh_host: SshHost, tmp_path: Path):
     transport = open_transport({"kind": "ssh", "host": "127.0.0.1", "user": "root",
-                                "port": ssh_host.port, "key_file": str(ssh_host.key_file)},
-                               tmp_path / "scratch")
+                                "port": ssh_host.port, "key_file": str(ssh_host.key_file),
+                                "host_key": ssh_host.host_key}, tmp_path / "scratch")
     yield transport
     transport.close()
 
@@ -29,12 +30,13 @@ def test_run_returns_code_and_both_streams(ssh: SshTransport):
     assert (done.code, done.stdout, done.stderr, done.timed_out) == (7, "out\n", "err\n", False)
 
 
-def test_host_key_is_accepted_into_the_scratch_known_hosts(
+def test_scratch_known_hosts_holds_exactly_the_declared_key(
     ssh: SshTransport, ssh_host: SshHost, tmp_path: Path
 ):
     ssh.run(["true"], timeout=30)
-    host_key = (ssh_host.root / "host_key.pub").read_text().split()[1]
-    assert host_key in (tmp_path / "scratch" / "known_hosts").read_text()
+    pinned = f"[127.0.0.1]:{ssh_host.port} {ssh_host.host_key}\n"
+    assert (tmp_path / "scratch" / "known_hosts").read_text() == pinned  # nothing added
+    assert "StrictHostKeyChecking=yes" in ssh.options()
 
 
 def test_hard_timeout_kills_the_remote_process(ssh: SshTransport, tmp_path: Path):

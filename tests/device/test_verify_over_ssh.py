@@ -15,94 +15,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from e2e.conftest import REPO, DoitRun, Project, copy_project
-from fakes.toolchains import FAKE_DFC_TOOLCHAIN
+from e2e.conftest import REPO, copy_project
 
-from .conftest import SshHost
+from .conftest import MODEL, VERIFY, Bench, error_line
 
 pytestmark = pytest.mark.e2e
-
-MODEL = "tiny-hailo-llama"
-VERIFY = f"verify:{MODEL}"
-FAKE_DFC = FAKE_DFC_TOOLCHAIN
-DEVICE = """\
-[toolchain]
-kind = "ssh"
-host = "{host}"
-user = "root"
-port = {port}
-key_file = "{key}"
-interpreter = "{python}"
-remote_dir = "{remote}"
-description = "this machine over a loopback sshd; hailo_platform is the FAKE test double"
-
-[pins]
-hailort = "5.3.0"
-firmware = "5.3.0"
-
-[retry]
-attempts = {attempts}
-backoff = "0.2s"
-attempt_timeout = "{timeout}"
-"""
-
-
-@pytest.fixture(scope="module")
-def device_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("device-store")
-
-
-class Bench:
-    """One project copy wired to the loopback device host."""
-
-    def __init__(self, project: Project, host: SshHost, remote: Path, state: Path):
-        self.project, self.host, self.remote, self.state = project, host, remote, state
-
-    def device(self, *, attempts: int = 3, timeout: str = "60s", host: str = "127.0.0.1",
-               port: int | None = None) -> None:
-        text = DEVICE.format(host=host, port=port or self.host.port, key=self.host.key_file,
-                             python=self.host.python, remote=self.remote, attempts=attempts,
-                             timeout=timeout)
-        (self.project.root / "toolchain/hailo10h-device.toml").write_text(text)
-
-    def fake(self, mode: str = "ok", **versions: str) -> None:
-        control = {"mode": mode, "versions": versions, "state_dir": str(self.state)}
-        self.host.control.write_text(json.dumps(control))
-
-    def verify(self, *args: str, env: dict | None = None) -> DoitRun:
-        return self.project.doit(*args, VERIFY, timeout=300, env=env)
-
-    @property
-    def stage_dir(self) -> Path:
-        return self.project.root / "build" / MODEL
-
-    def log(self) -> str:
-        return (self.stage_dir / "verify" / "log.txt").read_text()
-
-    def failed_log(self) -> str:
-        return (self.stage_dir / "verify.failed.log").read_text()
-
-    def report(self) -> dict:
-        return json.loads((self.stage_dir / "verify" / "report.json").read_text())
-
-
-@pytest.fixture
-def bench(tmp_path: Path, device_store: Path, ssh_host: SshHost) -> Bench:
-    project = copy_project(tmp_path / "project", device_store)
-    shutil.copy(REPO / "tests/hailo_models" / f"{MODEL}.toml", project.root / "models")
-    (project.root / "toolchain/hailo-dfc-5.3.0.toml").write_text(FAKE_DFC)
-    run = project.doit(f"hef:{MODEL}", f"reference:{MODEL}")
-    assert run.returncode == 0, run.stdout + run.stderr
-    b = Bench(project, ssh_host, tmp_path / "device-cache", tmp_path / "fake-state")
-    b.device()
-    b.fake("ok")
-    return b
-
-
-def error_line(run: DoitRun) -> str:
-    """doit's one ERROR line for the stage: it quotes the rule's last log line."""
-    return next(line for line in (run.stdout + run.stderr).splitlines()
-                if line.startswith(f"ERROR: {VERIFY}"))
 
 
 def uploads_of_hef(log: str) -> int:
@@ -142,8 +59,10 @@ def test_pass_is_real_agreement_cached_and_forced(bench: Bench):
     assert hef.stat().st_mtime_ns == mtime
 
 
-def test_interrupted_first_attempt_is_retried(bench: Bench):
-    bench.device(host="device.invalid", port=22)  # HEFBUILD_DEVICE points at the real one
+def test_interrupted_first_attempt_is_retried(bench: Bench, tmp_path: Path):
+    # HEFBUILD_DEVICE points at the real one; its host key is in the known_hosts file
+    bench.device(host="device.invalid", port=22,
+                 known_hosts=bench.host.known_hosts(tmp_path / "known_hosts"))
     bench.fake("interrupt_once")
     run = bench.verify("-a", env={"HEFBUILD_DEVICE": bench.host.url})
     assert run.returncode == 0, run.stdout + run.stderr
@@ -201,7 +120,8 @@ def test_degenerate_output_fails_the_check(bench: Bench):
 @pytest.mark.device
 def test_real_device(tmp_path: Path, device_store: Path):
     """The real check on a real Hailo-10H host named by HEFBUILD_DEVICE (key in
-    HEFBUILD_DEVICE_KEY, python in HEFBUILD_DEVICE_PYTHON)."""
+    HEFBUILD_DEVICE_KEY, python in HEFBUILD_DEVICE_PYTHON, its host key in
+    HEFBUILD_DEVICE_HOST_KEY or the user's ~/.ssh/known_hosts)."""
     url = os.environ.get("HEFBUILD_DEVICE", "")
     if not url.startswith("ssh://") and url != "local":
         pytest.skip("HEFBUILD_DEVICE does not point at a real device host "
@@ -217,7 +137,10 @@ def test_real_device(tmp_path: Path, device_store: Path):
         text = text.replace('interpreter = "/usr/bin/python3"',
                             f'interpreter = "{os.environ["HEFBUILD_DEVICE_PYTHON"]}"')
     tc.write_text(text)
-    run = project.doit(VERIFY, timeout=3600, env={"HEFBUILD_DEVICE": url})
+    env = {"HEFBUILD_DEVICE": url}
+    if os.environ.get("HEFBUILD_DEVICE_HOST_KEY"):
+        env["HEFBUILD_DEVICE_HOST_KEY"] = os.environ["HEFBUILD_DEVICE_HOST_KEY"]
+    run = project.doit(VERIFY, timeout=3600, env=env)
     log_path = project.root / "build" / MODEL / ("verify/log.txt" if run.returncode == 0
                                                  else "verify.failed.log")
     log = log_path.read_text()

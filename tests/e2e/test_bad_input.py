@@ -44,6 +44,24 @@ CASES = [
      " does not exist"),
     ("toolchain/host.toml", 'kind = "host"', 'kind = "vm"',
      "toolchain/host.toml: toolchain.kind: one of"),
+    # Values that used to pass the schema and fail later with a traceback, or never:
+    ("models/tiny-llama.toml", "min_token_agreement = 0.5", "min_token_agreement = inf",
+     "models/tiny-llama.toml: stages.verify.min_token_agreement: expected a number, got float"
+     " inf"),
+    ("models/tiny-llama.toml", "min_token_agreement = 0.5", "min_token_agreement = nan",
+     "models/tiny-llama.toml: stages.verify.min_token_agreement: expected a number, got float"
+     " nan"),
+    ("models/tiny-llama.toml", "samples = 32", "samples = " + "[" * 5000 + "]" * 5000,
+     "models/tiny-llama.toml: nested too deeply"),
+    ("models/tiny-llama.toml", 'prompts = ["Once upon a time there was a tiny mouse", '
+     '"The children played", "Sam had a blue kite"]', "prompts = []",
+     "models/tiny-llama.toml: stages.verify.prompts: expected a list of at least 1 strings"),
+    ("models/tiny-llama.toml", 'target = "cpu-ort"', 'target = "npu9000"',
+     "models/tiny-llama.toml: model.target: one of cpu-ort, hailo10h, got 'npu9000'"),
+    ("toolchain/host.toml", "[env]", '[limits]\ntimeout = "nan"\n\n[env]',
+     "toolchain/host.toml: limits.timeout: expected a duration"),
+    ("toolchain/host.toml", "[env]", '[env]\nHF_TOKEN = "hf_not_here"',
+     "toolchain/host.toml: env.HF_TOKEN: no secrets in a toolchain's environment"),
 ]
 
 
@@ -79,3 +97,33 @@ def test_lock_without_network_says_so(project: Project):
     assert run.returncode == 1
     assert "cannot reach the hub" in run.stdout + run.stderr
     assert not (project.root / "models/tinystories.lock.json").exists()
+
+
+def test_a_toml_file_that_is_not_utf8_is_one_line(project: Project):
+    path = project.root / "models" / "tiny-llama.toml"
+    path.write_bytes(path.read_bytes().replace(b"# A tiny", b"# A \xff tiny", 1))
+    run = project.doit("verify:tiny-llama")
+    assert run.returncode == 3 and "Traceback" not in run.stderr
+    assert run.stderr.strip().startswith("ERROR: models/tiny-llama.toml: not UTF-8 text")
+
+
+def test_a_file_parameter_linking_outside_the_project_is_refused(project: Project):
+    before = snapshot(project.root / "build", project.store)
+    link = project.root / "data" / "calibration" / "outside.txt"
+    link.symlink_to("/etc/passwd")
+    project.edit("models/tiny-llama.toml", "calibration/tiny-stories.txt",
+                 "calibration/outside.txt")
+    run = project.doit("verify:tiny-llama")
+    assert run.returncode == 3
+    assert "stages.quantize.calibration: a file inside the project" in run.stderr
+    assert snapshot(project.root / "build", project.store) == before
+
+
+def test_a_package_pin_that_no_longer_holds_is_never_up_to_date(project: Project):
+    project.edit("toolchain/host.toml", 'torch = "2.13.0"', 'torch = "2.12.0"')
+    explain = project.doit("explain", "verify:tiny-llama")
+    assert "would fail" in explain.stdout and "torch: version 2.12.0 required" in explain.stdout
+    run = project.doit("verify:tiny-llama")
+    assert run.returncode == 1
+    assert "packages.torch: version 2.12.0 required, 2.13.0" in run.stdout
+    assert "Traceback" not in run.stdout + run.stderr

@@ -249,3 +249,48 @@ def test_an_output_hard_linked_to_a_project_file_leaves_that_file_alone(make_eng
     out = root / "build" / MODEL / "export" / "model.onnx"
     assert out.stat().st_ino != victim.stat().st_ino  # the store holds its own copy
     assert out.read_bytes() == victim.read_bytes()
+
+
+def test_a_read_only_store_is_one_line(make_engine, store, monkeypatch):
+    import errno
+
+    from hefbuild.errors import StoreError
+    from hefbuild.store import Store
+
+    def read_only(self, path):  # noqa: ANN001, ANN202
+        raise OSError(errno.EROFS, "Read-only file system", str(self.object_path("ab" * 32)))
+
+    monkeypatch.setattr(Store, "put_file", read_only)
+    with pytest.raises(StoreError) as err:
+        make_engine().run(f"fetch:{MODEL}")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"fetch:{MODEL}: Read-only file system")
+    assert "writing the store" in message and "read-only" in message
+
+
+def test_a_full_project_disk_is_one_line(make_engine, monkeypatch):
+    import errno
+
+    from hefbuild.store import Store
+
+    def disk_full(self, digest, dest):  # noqa: ANN001, ANN202
+        raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+
+    monkeypatch.setattr(Store, "materialize", disk_full)
+    with pytest.raises(StageError) as err:
+        make_engine().run(f"fetch:{MODEL}")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "No space left on device writing the project" in message
+    assert "free some space" in message
+
+
+def test_dropping_a_corrupt_record_in_a_read_only_store_is_a_miss(built, store, monkeypatch):
+    from hefbuild.store import Store
+
+    record = next((store / "v1" / "results").rglob("*.json"))
+    record.write_text("{not json")
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied", str(self))))
+    assert Store(store, built.stats).get_record(record.stem) is None
+    built.store.drop_record(record.stem)  # no exception

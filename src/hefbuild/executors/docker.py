@@ -7,11 +7,19 @@ filesystem is read-only (scratch space in tmpfs /tmp and /hefbuild/work); no net
 toolchain's environment plus an always-explicit CUDA_VISIBLE_DEVICES; a GPU only for
 stages that declare one; memory and CPU limits; the invoking user's uid:gid, so outputs
 are ours. The container is removed afterwards; its whole output is the stage log.
+
+A container never outlives its doit: each is labelled with the stage, the process that
+supervises it (`hefbuild.owner` pid and `hefbuild.owner_start`, its start time, since pids
+are reused), this machine's name and the pid namespace. Before its first container, an
+executor removes every labelled container of this machine and namespace whose owner is gone
+(a doit killed with -9 or by the OOM killer never reaches its `finally`); containers of
+another machine sharing the daemon, and those whose owner may be alive, are never touched.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from contextlib import suppress
@@ -24,6 +32,10 @@ from .watch import MIB, StageWatch
 
 ROOT = Path("/hefbuild")
 _POLL_S = 0.2
+STAGE, OWNER, OWNER_START, HOST = ("hefbuild.stage", "hefbuild.owner", "hefbuild.owner_start",
+                                   "hefbuild.host")
+PID_NS = "hefbuild.owner_pidns"  # a pid means something only in its pid namespace
+UNKNOWN = "?"  # the start time of a process that exists but may not be inspected
 
 
 def connect() -> Any:
@@ -44,6 +56,8 @@ def connect() -> Any:
 class DockerExecutor:
     def __init__(self, client: Any = None) -> None:
         self._client = client
+        self._reap_lock = threading.Lock()
+        self._reaped: list[str] | None = None  # None: orphans not looked for yet
 
     @property
     def client(self) -> Any:
@@ -53,8 +67,9 @@ class DockerExecutor:
 
     def run_stage(self, stage: StageRun) -> ExecResult:
         self._require_image(stage)
+        _report_reaped(stage, self._reap_once())
         (stage.scratch / "action.json").write_text(stage.action_json(lambda p: _inside(stage, p)))
-        container = self.client.containers.create(**container_config(stage))
+        container = self.client.containers.create(**container_config(stage, owner_labels()))
         start = time.monotonic()
         try:
             container.start()
@@ -74,9 +89,130 @@ class DockerExecutor:
                 f"Docker engine; build it with `doit image:<toolchain>` (see README: images)"
             ) from None
 
+    def _reap_once(self) -> list[str]:
+        """The orphans removed, by the first call of this executor only (the others wait for
+        it: no stage container starts before the sweep is over)."""
+        with self._reap_lock:
+            if self._reaped is None:
+                self._reaped = reap_orphans(self.client)
+                return self._reaped
+        return []
 
-def container_config(stage: StageRun) -> dict[str, Any]:
-    """Everything about the container, as docker SDK `containers.create` arguments (pure)."""
+
+def owner_labels() -> dict[str, str]:
+    """The labels that tie a container to this process on this machine."""
+    pid = os.getpid()
+    return {OWNER: str(pid), OWNER_START: process_start(pid) or UNKNOWN,
+            HOST: socket.gethostname(), PID_NS: _pid_namespace()}
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace (a doit in a container with the host's name sees other
+    pids), or "" where there are none."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started; None when there is none (or only its zombie), UNKNOWN
+    when one exists that we may not inspect (another user's, under /proc's hidepid).
+
+    On Linux: /proc/<pid>/stat field 22, clock ticks since boot, which a wall-clock step
+    (NTP) leaves alone; psutil's create_time is derived from the wall clock and could make a
+    live owner of hours look like another process. Elsewhere: psutil."""
+    if not Path("/proc/self/stat").is_file():
+        return _psutil_start(pid)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return UNKNOWN if _exists(pid) else None
+    fields = stat.rsplit(")", 1)[1].split()  # the command name, in (), may hold spaces
+    return None if fields[0] in ("Z", "X") else fields[19]  # fields[0] is field 3, state
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, and not ours
+        return True
+    return True
+
+
+def _psutil_start(pid: int) -> str | None:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return None if proc.status() == psutil.STATUS_ZOMBIE else f"{proc.create_time():.3f}"
+    except psutil.NoSuchProcess:  # ZombieProcess included
+        return None
+    except psutil.AccessDenied:
+        return UNKNOWN
+
+
+def owner_gone(recorded_start: str, current_start: str | None) -> bool:
+    """Is the doit that labelled a container gone? `current_start` is process_start() of the
+    labelled pid now. Pure: only a certainty of death removes a container."""
+    if current_start is None:
+        return True  # no process has that pid any more
+    if UNKNOWN in (current_start, recorded_start):
+        return False  # a process has that pid, and we cannot tell whether it is the owner
+    return current_start != recorded_start  # the pid was reused by another process
+
+
+def _orphaned(labels: dict[str, str]) -> bool:
+    pid = labels.get(OWNER, "")
+    if not pid.isdigit() or int(pid) <= 0:
+        return False  # not a label we wrote: not ours to judge
+    return owner_gone(labels.get(OWNER_START, UNKNOWN), process_start(int(pid)))
+
+
+def reap_orphans(client: Any) -> list[str]:
+    """Remove (force) every stage container of this machine whose doit is gone; their names.
+
+    Removal races with other sweepers and with the owner's own cleanup: a container already
+    gone or being removed is someone else's success, not an error."""
+    import docker.errors
+
+    ours = owner_labels()
+    if ours[OWNER_START] == UNKNOWN:
+        return []  # no way to tell processes apart here: judge no one
+    filters = {"label": [OWNER, f"{HOST}={ours[HOST]}", f"{PID_NS}={ours[PID_NS]}"]}
+    try:
+        found = client.containers.list(all=True, filters=filters, sparse=True)
+    except docker.errors.DockerException as exc:
+        raise StageError(f"cannot list hefbuild's containers: {str(exc)[:160]}") from exc
+    removed = []
+    for container in found:
+        if not _orphaned(container.attrs.get("Labels") or {}):
+            continue
+        with suppress(docker.errors.NotFound, docker.errors.APIError):
+            container.remove(force=True)
+            names = container.attrs.get("Names") or [container.short_id]
+            removed.append(names[0].lstrip("/"))
+    return removed
+
+
+def _report_reaped(stage: StageRun, removed: list[str]) -> None:
+    """One line in the stage log, and to the person at the terminal (as a heartbeat)."""
+    if not removed:
+        return
+    n = len(removed)
+    line = (f"hefbuild: removed {n} container{'s' if n != 1 else ''} left by a doit that "
+            f"died: {', '.join(removed)}")
+    with open(stage.log_path, "a") as log:
+        log.write(line + "\n")
+    if stage.watch.emit is not None:
+        stage.watch.emit({"message": line.removeprefix("hefbuild: "), "removed_orphans": removed})
+
+
+def container_config(stage: StageRun, owner: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything about the container, as docker SDK `containers.create` arguments (pure);
+    `owner`: the owner_labels() it carries."""
     env = dict(stage.env)
     env.setdefault("CUDA_VISIBLE_DEVICES", "0")  # unset, the DFC hides every GPU
     env.update(PYTHONPATH=str(ROOT / "rules"), PYTHONDONTWRITEBYTECODE="1", HOME="/tmp")
@@ -92,7 +228,7 @@ def container_config(stage: StageRun) -> dict[str, Any]:
         "tmpfs": {"/tmp": "", str(ROOT / "work"): ""},
         "user": f"{os.getuid()}:{os.getgid()}",
         "detach": True,
-        "labels": {"hefbuild.task": stage.task},
+        "labels": {"hefbuild.task": stage.task, STAGE: stage.task, **(owner or {})},
     }
     if stage.limits.memory_bytes:
         config["mem_limit"] = stage.limits.memory_bytes
@@ -134,9 +270,11 @@ def _inside(stage: StageRun, path: Path) -> str:
 
 
 def _supervise(container: Any, stage: StageRun, start: float) -> ExecResult:
+    watch = StageWatch(stage.watch, stage.log_path, start)
+    with suppress(OSError):  # what hefbuild itself wrote there is not the stage's output
+        watch.log_size = stage.log_path.stat().st_size
     pump = threading.Thread(target=_pump_logs, args=(container, stage.log_path), daemon=True)
     pump.start()
-    watch = StageWatch(stage.watch, stage.log_path, start)
     killed_for = None
     while True:
         container.reload()

@@ -102,8 +102,10 @@ def sandboxed(bwrap: str, stage: StageRun, argv: list[str], env: dict[str, str],
     cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for path in interpreter_paths(argv[0]):
         cmd += ["--ro-bind-try", path, path]
+    # A toolchain's own PYTHONPATH entries (its declared libraries) are readable too.
+    declared = [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     readable = [stage.rules_dir, *stage.inputs.values(), *stage.files.values(),
-                stage.scratch / "action.json"]
+                stage.scratch / "action.json", *(p for p in declared if p.exists())]
     for path in readable:
         cmd += ["--ro-bind", str(path), str(path)]
     for path in (stage.out, stage.work, *writable):
