@@ -6,7 +6,6 @@ Deciding (`decide`) is separate from doing (`run`): `decide` reads state and ret
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -23,7 +22,6 @@ from .errors import (
     RuleFailed,
     SpecError,
     StageError,
-    StoreError,
 )
 from .events import EventLog, Outcome, peak_rss_mb, read_json
 
@@ -31,6 +29,7 @@ if TYPE_CHECKING:
     from .executors import ExecResult, Executor, StageRun, Watch
     from .remote.cache import RemoteCache
     from .specs import ToolchainSpec
+from .failures import disk_error, failure_message, one_line
 from .fastpath import FastPath, Verdict, fast_path_of
 from .key import ActionKey, describe
 from .outputs import fits_declared
@@ -228,14 +227,14 @@ class Engine:
                 outcome, record, extra = self._realize(action, decision, force, start)
                 self._keep_verdict(action, key, inputs)
             except OSError as exc:
-                raise _disk_error(task, exc, self.paths.store) from exc
+                raise disk_error(task, exc, self.paths.store) from exc
         except SpecError:
             raise  # bad input changes nothing, not even the event log
         except BaseException as exc:
             self.fast.drop(task)
             peak = getattr(exc, "peak_rss_mb", None) or peak_rss_mb()  # the rule's, if it ran
             self.events.append(task, key.hex if key else None, Outcome.FAILED,
-                               time.monotonic() - start, peak, error=_one_line(exc))
+                               time.monotonic() - start, peak, error=one_line(exc))
             raise
         peak = record.peak_rss_mb if record and outcome is Outcome.BUILT else peak_rss_mb()
         self.events.append(task, key.hex, outcome, time.monotonic() - start, peak, **extra)
@@ -345,7 +344,7 @@ class Engine:
                 self._keep_failed_log(action, running)
                 raise
             if result.returncode != 0 or result.killed_for:
-                message = _failure_message(action, stage, result, self.store.root)
+                message = failure_message(action, stage, result, self.store.root)
                 self._keep_failed_log(action, running)
                 raise RuleFailed(message, peak_rss_mb=result.peak_rss_mb)
             outputs = self._collect_outputs(action, stage.out)
@@ -533,63 +532,6 @@ def _swap_dir(new: Path, final: Path) -> None:
         os.replace(final, old)
     os.replace(new, final)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _failure_message(action: Action, stage: StageRun, result: ExecResult,
-                     store: Path) -> str:
-    from .executors.host import log_tail
-    from .executors.watch import MIB
-
-    rel_log = f"build/{action.model}/{action.stage}.failed.log"
-    where = f"[stages.{action.stage}] of models/{action.model}.toml or [limits] of " \
-            f"toolchain/{action.toolchain}.toml"
-    if result.killed_for == "timeout":
-        return (f"{action.task}: killed at its timeout of {_human_s(stage.limits.timeout_s)} "
-                f"(peak memory {result.peak_rss_mb:.0f} MiB); raise `timeout` in {where}; "
-                f"log: {rel_log}")
-    if result.killed_for == "memory":
-        cap = (stage.limits.memory_bytes or 0) / MIB
-        return (f"{action.task}: killed at its memory cap of {cap:.0f} MiB (peak "
-                f"{result.peak_rss_mb:.0f} MiB); raise `memory` in {where}; log: {rel_log}")
-    full = _disk_nearly_full(store)
-    return (f"{action.task}: rules/{action.rule} failed (exit {result.returncode}): "
-            f"{log_tail(stage.log_path)}{full}; log: {rel_log}")
-
-
-def _disk_error(task: str, exc: OSError, store: Path) -> HefbuildError:
-    """A failing filesystem, said in one line: which file, what happened, what to do."""
-    where = exc.filename or "?"
-    in_store = str(where).startswith(str(store))
-    fix = {errno.ENOSPC: "free some space" + (" or run `doit gc`" if in_store else ""),
-           errno.EDQUOT: "free some space", errno.EROFS: "the filesystem is read-only",
-           errno.EACCES: "check its permissions", errno.EPERM: "check its permissions"}
-    hint = fix.get(exc.errno or 0, "")
-    what = "the store" if in_store else "the project"
-    text = f"{task}: {exc.strerror or type(exc).__name__} writing {what} ({where})"
-    return (StoreError if in_store else StageError)(text + (f"; {hint}" if hint else ""))
-
-
-def _disk_nearly_full(path: Path) -> str:
-    """A rule writing its outputs into a full store disk says little of why it failed."""
-    try:
-        usage = shutil.disk_usage(path)
-    except OSError:
-        return ""
-    if usage.free < max(64 << 20, usage.total // 100):
-        return (f" (the store's disk is full: {usage.free >> 20} MiB free at {path.parent}; "
-                f"free space or run `doit gc`)")
-    return ""
-
-
-def _human_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "none"
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _env_seconds(name: str, default: float) -> float:
