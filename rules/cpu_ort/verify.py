@@ -1,8 +1,15 @@
-"""verify (cpu-ort): greedy generations of the compiled ONNX model vs float32 transformers.
+"""verify (cpu-ort): the compiled ONNX model measured against float32 transformers.
 
-Both models run the same greedy loop (whole sequence re-run each step, argmax of the last
-position in numpy), so only the model differs. EOS does not stop generation: every prompt
-compares exactly max_new_tokens positions for both models.
+Per prompt, the float32 model's greedy continuation of max_new_tokens tokens is the reference
+(the whole sequence re-run each step, argmax of the last position in numpy; EOS does not stop
+generation). Along it:
+- teacher-forced (the gate by default): both models run once on prompt + reference tokens; at
+  every position the candidate's top-1 is compared with the reference token, and the two logit
+  rows by cosine. One flipped token costs one position, not the rest of the sequence;
+- free-running: the candidate continues its own output greedily, as before. Reported with its
+  first divergence and the float32 top-1/top-2 margin there (a margin under `near_tie` means the
+  float model itself nearly chose the other token), and whether the output loops. It is the gate
+  only with `gate = "free_running"` (then min_token_agreement applies).
 """
 
 from __future__ import annotations
@@ -13,23 +20,31 @@ from pathlib import Path
 from typing import Any
 
 from common.action import check_outputs, fail, load_action, round_sig, write_json
-from common.compare import compare_generations, judge
+from common.compare import (
+    compare_generations,
+    divergence,
+    judge,
+    judge_teacher_forced,
+    teacher_forced,
+)
 from common.determinism import ort_session, pin_torch
 
-NextLogits = Callable[[list[int]], Any]  # token ids -> numpy logits of the last position
+AllLogits = Callable[[list[int]], Any]  # token ids -> numpy logits [positions, vocab]
 SEED = 0
+GATES = ("teacher_forced", "free_running")
+META_PREFIX = "hefbuild.quantize."
 
 
-def greedy(next_logits: NextLogits, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+def greedy(all_logits: AllLogits, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
     import numpy as np
 
     ids = list(prompt_ids)
     for _ in range(max_new_tokens):
-        ids.append(int(np.argmax(next_logits(ids))))
+        ids.append(int(np.argmax(all_logits(ids)[-1])))
     return ids[len(prompt_ids) :]
 
 
-def torch_next_logits(ckpt: Path) -> NextLogits:
+def torch_logits(ckpt: Path) -> AllLogits:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -40,12 +55,12 @@ def torch_next_logits(ckpt: Path) -> NextLogits:
     def run(ids: list[int]) -> Any:
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False).logits
-        return logits[0, -1].numpy()
+        return logits[0].numpy()
 
     return run
 
 
-def ort_next_logits(onnx_path: Path) -> NextLogits:
+def ort_logits(onnx_path: Path) -> AllLogits:
     import numpy as np
     import onnxruntime as ort
 
@@ -55,20 +70,46 @@ def ort_next_logits(onnx_path: Path) -> NextLogits:
     )
 
     def run(ids: list[int]) -> Any:
-        logits = session.run(["logits"], {"input_ids": np.asarray([ids], dtype=np.int64)})[0]
-        return logits[0, -1]
+        return session.run(["logits"], {"input_ids": np.asarray([ids], dtype=np.int64)})[0][0]
 
     return run
 
 
+def quantization_info(onnx_path: Path) -> dict[str, str]:
+    """What quantize recorded in the model's metadata_props ({} when nothing was)."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    return {
+        p.key[len(META_PREFIX) :]: p.value
+        for p in model.metadata_props
+        if p.key.startswith(META_PREFIX)
+    }
+
+
 def check_prompt(
-    prompt: str, tok: Any, reference: NextLogits, candidate: NextLogits, params: dict[str, Any]
+    prompt: str, tok: Any, reference: AllLogits, candidate: AllLogits, params: dict[str, Any]
 ) -> dict[str, Any]:
+    n = params["max_new_tokens"]
     prompt_ids = tok(prompt).input_ids
-    ref_ids = greedy(reference, prompt_ids, params["max_new_tokens"])
-    cand_ids = greedy(candidate, prompt_ids, params["max_new_tokens"])
+    ref_ids = greedy(reference, prompt_ids, n)
+    cand_ids = greedy(candidate, prompt_ids, n)
+    # Row i predicts ref_ids[i] from the prompt plus ref_ids[:i].
+    full = list(prompt_ids) + ref_ids
+    rows = slice(len(prompt_ids) - 1, len(prompt_ids) - 1 + n)
+    ref_rows, cand_rows = reference(full)[rows], candidate(full)[rows]
     cmp = compare_generations(ref_ids, cand_ids)
-    passed, reason = judge(cmp, params["min_token_agreement"])
+    tf = teacher_forced(ref_ids, ref_rows, cand_rows)
+    div = divergence(cmp, ref_rows, params["near_tie"])
+    if params["gate"] == "free_running":
+        passed, reason = judge(cmp, params["min_token_agreement"])
+    else:
+        passed, reason = judge_teacher_forced(
+            tf, params["min_teacher_forced"], params["min_logit_cosine"]
+        )
+        if passed and cmp["candidate_degenerate"] and not cmp["same_degeneration"]:
+            reason = "ok (free-running candidate output loops; not gated)"
+    margin = div["margin"]
     return {
         "prompt": prompt,
         "prompt_tokens": len(prompt_ids),
@@ -78,8 +119,14 @@ def check_prompt(
         "candidate_text": tok.decode(cand_ids, skip_special_tokens=False),
         "agreement": round_sig(cmp["agreement"]),
         "first_divergence": cmp["first_divergence"],
+        "first_divergence_margin": None if margin is None else round_sig(margin),
+        "near_tie": div["near_tie"],
         "reference_degenerate": cmp["reference_degenerate"],
         "candidate_degenerate": cmp["candidate_degenerate"],
+        "teacher_forced_agreement": round_sig(tf["agreement"]),
+        "teacher_forced_mismatches": tf["mismatch_positions"],
+        "logit_cosine_mean": round_sig(tf["mean_cosine"]),
+        "logit_cosine_min": round_sig(tf["min_cosine"]),
         "passed": passed,
         "reason": reason,
     }
@@ -91,33 +138,60 @@ def read_params(raw: dict[str, Any]) -> dict[str, Any]:
         "prompts": prompts,
         "max_new_tokens": int(raw.get("max_new_tokens", 16)),
         "min_token_agreement": float(raw.get("min_token_agreement", 0.5)),
+        "gate": str(raw.get("gate", "teacher_forced")),
+        "min_teacher_forced": float(raw.get("min_teacher_forced", 0.9)),
+        "min_logit_cosine": float(raw.get("min_logit_cosine", 0.99)),
+        "near_tie": float(raw.get("near_tie", 0.5)),
     }
     if not prompts:
         fail("verify: params.prompts is empty; at least one prompt is needed")
     if params["max_new_tokens"] < 1:
         fail(f"verify: params.max_new_tokens {params['max_new_tokens']} must be >= 1")
-    if not 0.0 <= params["min_token_agreement"] <= 1.0:
-        fail(f"verify: params.min_token_agreement {params['min_token_agreement']} not in [0, 1]")
+    for name in ("min_token_agreement", "min_teacher_forced"):
+        if not 0.0 <= params[name] <= 1.0:
+            fail(f"verify: params.{name} {params[name]} not in [0, 1]")
+    if not -1.0 <= params["min_logit_cosine"] <= 1.0:
+        fail(f"verify: params.min_logit_cosine {params['min_logit_cosine']} not in [-1, 1]")
+    if params["gate"] not in GATES:
+        fail(f"verify: params.gate {params['gate']!r} is not one of {list(GATES)}")
     return params
 
 
-def worst(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Failing prompt with the lowest agreement; first such prompt on ties."""
+def gated_figure(params: dict[str, Any]) -> str:
+    return "agreement" if params["gate"] == "free_running" else "teacher_forced_agreement"
+
+
+def worst(results: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Failing prompt with the lowest gated agreement; first such prompt on ties."""
     failing = [r for r in results if not r["passed"]]
-    return min(failing, key=lambda r: r["agreement"])
+    return min(failing, key=lambda r: r[key])
 
 
-def summarize(results: list[dict[str, Any]], min_agreement: float) -> None:
+def summarize(results: list[dict[str, Any]], params: dict[str, Any]) -> None:
     for r in results:
         mark = "PASS" if r["passed"] else "FAIL"
+        tie = " (near tie)" if r["near_tie"] else ""
         print(
-            f"[{mark}] agreement {r['agreement']:.3f} div@{r['first_divergence']} {r['prompt']!r}"
+            f"[{mark}] teacher-forced {r['teacher_forced_agreement']:.3f} cosine "
+            f"{r['logit_cosine_mean']:.5f} | free-running {r['agreement']:.3f} "
+            f"div@{r['first_divergence']}{tie} {r['prompt']!r}"
         )
         print(f"    ref : {r['reference_text']!r}")
         print(f"    cand: {r['candidate_text']!r}")
         print(f"    {r['reason']}")
     passed = sum(r["passed"] for r in results)
-    print(f"{passed}/{len(results)} prompts passed (min_token_agreement {min_agreement})")
+    if params["gate"] == "free_running":
+        limits = f"gate free_running, min_token_agreement {params['min_token_agreement']}"
+    else:
+        limits = (
+            f"gate teacher_forced, min_teacher_forced {params['min_teacher_forced']}, "
+            f"min_logit_cosine {params['min_logit_cosine']}"
+        )
+    print(f"{passed}/{len(results)} prompts passed ({limits})")
+
+
+def mean(results: list[dict[str, Any]], key: str) -> float:
+    return round_sig(sum(r[key] for r in results) / len(results))
 
 
 def main() -> None:
@@ -127,26 +201,35 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     ckpt = action.input_dir("fetch") / "checkpoint"
+    model_path = action.input_dir("compile") / "model.opt.onnx"
     tok = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
-    reference = torch_next_logits(ckpt)
-    candidate = ort_next_logits(action.input_dir("compile") / "model.opt.onnx")
+    reference = torch_logits(ckpt)
+    candidate = ort_logits(model_path)
     results = [check_prompt(p, tok, reference, candidate, params) for p in params["prompts"]]
+    quantization = quantization_info(model_path)
 
-    mean = sum(r["agreement"] for r in results) / len(results)
     overall = all(r["passed"] for r in results)
     report = {
         "model": action.model,
         "target": action.target,
+        "method": quantization.get("method"),
+        "quantization": quantization,
+        "gate": params["gate"],
         "max_new_tokens": params["max_new_tokens"],
         "min_token_agreement": params["min_token_agreement"],
-        "mean_agreement": round_sig(mean),
+        "min_teacher_forced": params["min_teacher_forced"],
+        "min_logit_cosine": params["min_logit_cosine"],
+        "near_tie": params["near_tie"],
+        "mean_agreement": mean(results, "agreement"),
+        "mean_teacher_forced_agreement": mean(results, "teacher_forced_agreement"),
+        "mean_logit_cosine": mean(results, "logit_cosine_mean"),
         "passed": overall,
         "prompts": results,
     }
     write_json(action.out / "report.json", report)
-    summarize(results, params["min_token_agreement"])
+    summarize(results, params)
     if not overall:
-        bad = worst(results)
+        bad = worst(results, gated_figure(params))
         fail(f"verify gate failed: prompt {bad['prompt']!r}: {bad['reason']}")
     check_outputs(action)
 

@@ -56,6 +56,12 @@ CPU_ORT = (
     StageDef(
         "quantize", "cpu_ort/quantize.py", ("fetch", "export"), ("model.int8.onnx",),
         {
+            # weight_only_*: MatMulNBits (block_size, symmetric); static_qdq: the rest.
+            "method": ParamDef(T.STR, "weight_only_int8", choices=(
+                "weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")),
+            "block_size": ParamDef(T.INT, 32, choices=(16, 32, 64, 128, 256, 512, 1024)),
+            "symmetric": ParamDef(T.BOOL, True),
+            "exclude": ParamDef(T.STR_LIST, []),
             "calibration": ParamDef(T.FILE, "data/calibration/tiny-stories.txt"),
             "samples": ParamDef(T.INT, 32, minimum=1),
             "seq_len": ParamDef(T.INT, 32, minimum=1),
@@ -70,8 +76,15 @@ CPU_ORT = (
         "compile", "cpu_ort/compile.py", ("quantize",), ("model.opt.onnx",),
         {"optimization_level": ParamDef(T.STR, "extended", choices=("basic", "extended", "all"))},
     ),
-    StageDef("verify", "cpu_ort/verify.py", ("fetch", "compile"), ("report.json",),
-             dict(_VERIFY_PARAMS)),
+    StageDef("verify", "cpu_ort/verify.py", ("fetch", "compile"), ("report.json",), {
+        **_VERIFY_PARAMS,
+        # The gate: teacher-forced top-1 agreement and mean logit cosine along the float32
+        # greedy continuation; "free_running" gates on min_token_agreement instead.
+        "gate": ParamDef(T.STR, "teacher_forced", choices=("teacher_forced", "free_running")),
+        "min_teacher_forced": ParamDef(T.FLOAT, 0.9, minimum=0.0, maximum=1.0),
+        "min_logit_cosine": ParamDef(T.FLOAT, 0.99, minimum=-1.0, maximum=1.0),
+        "near_tie": ParamDef(T.FLOAT, 0.5, minimum=0.0),
+    }),
 )
 
 # Sizes that are known to work on the Hailo-10H (HAILO-PIPELINE.md).

@@ -57,6 +57,10 @@ STAGES: dict[str, dict[str, Any]] = {
         "inputs": ["fetch", "export"],
         "outputs": ["model.int8.onnx"],
         "params": {
+            "method": "weight_only_int8",
+            "block_size": 32,
+            "symmetric": True,
+            "exclude": [],
             "calibration": CALIBRATION,
             "samples": 32,
             "seq_len": 32,
@@ -85,6 +89,10 @@ STAGES: dict[str, dict[str, Any]] = {
             ],
             "max_new_tokens": 16,
             "min_token_agreement": 0.5,
+            "gate": "teacher_forced",
+            "min_teacher_forced": 0.9,
+            "min_logit_cosine": 0.99,
+            "near_tie": 0.5,
         },
     },
 }
@@ -213,6 +221,9 @@ def test_verify_passes_with_real_agreement(engine: Engine) -> None:
         assert len(prompt["candidate_ids"]) == 16
         assert not prompt["candidate_degenerate"]
         assert prompt["agreement"] >= report["min_token_agreement"]
+        assert prompt["teacher_forced_agreement"] >= report["min_teacher_forced"]
+        assert prompt["logit_cosine_mean"] >= report["min_logit_cosine"]
+    assert report["method"] == "weight_only_int8"
     assert "prompts passed" in engine.first_runs["verify"].stdout
 
 

