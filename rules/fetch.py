@@ -1,10 +1,12 @@
 """fetch: produce `checkpoint/`, a Hugging Face folder (model + tokenizer), for every target.
 
-Two sources:
+Three sources:
 - synthetic: train a byte-level BPE tokenizer on a corpus, build a small randomly initialised
   model of the requested architecture, optionally train it briefly so greedy output is
   not degenerate, and save everything deterministically.
 - hub: download pinned files at a commit and check each SHA-256.
+- local: copy the listed files of a checkpoint folder (the engine passes it, read-only, as
+  the file `source_dir`; it is in no key) and check each SHA-256.
 """
 
 from __future__ import annotations
@@ -279,6 +281,37 @@ def fetch_hub(action: Action, ckpt: Path) -> None:
         print(f"fetched {filename} ({dest.stat().st_size} bytes, sha256 ok)", flush=True)
 
 
+# ---------------------------------------------------------------- local folder
+
+
+def fetch_local(action: Action, ckpt: Path) -> None:
+    files = dict(action.source.get("files") or {})
+    if not files:
+        fail("fetch: source.files is empty for the local folder; run `doit lock:"
+             f"{action.model}` or declare each file with its sha256")
+    if "source_dir" not in action.files:
+        fail("fetch: the engine passed no source_dir for this local source (it needs the "
+             "local-source engine change)")
+    folder = action.files["source_dir"]
+    if not folder.is_dir():
+        fail(f"fetch: source folder {folder} does not exist (or is not readable here)")
+    ckpt.mkdir(parents=True, exist_ok=True)
+    for filename in sorted(files):
+        rel = safe_relative(filename)
+        src, dest = folder / rel, ckpt / rel
+        if not src.is_file():
+            fail(f"fetch: {filename} is missing from the source folder {folder}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)  # then hash the copy: what is checked is what is kept
+        actual = sha256_file(dest)
+        expected = str(files[filename]).lower()
+        if actual != expected:
+            fail(f"fetch: sha256 mismatch for {filename} in the source folder {folder}: "
+                 f"got {actual}, declared {expected} (run `doit lock:{action.model}` if "
+                 f"the change is intended)")
+        print(f"copied {filename} ({dest.stat().st_size} bytes, sha256 ok)", flush=True)
+
+
 def main() -> None:
     action = load_action(sys.argv)
     ckpt = action.out / "checkpoint"
@@ -286,8 +319,11 @@ def main() -> None:
         build_synthetic(action, ckpt)
     elif "hub" in action.source:
         fetch_hub(action, ckpt)
+    elif action.source.get("local"):
+        fetch_local(action, ckpt)
     else:
-        fail(f"fetch: source must have 'synthetic' or 'hub', got {sorted(action.source)}")
+        fail(f"fetch: source must have 'synthetic', 'hub' or 'local', got "
+             f"{sorted(action.source)}")
     check_outputs(action)
 
 

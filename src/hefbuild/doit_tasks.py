@@ -166,7 +166,12 @@ def _task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
             yield {"basename": "lock", "name": model.name,
                    "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
                    "doc": f"pin {model.source.hub}@{model.source.revision} to a commit "
-                          f"and file digests (needs hub access)"}
+                          f"and file digests (needs hub access or the revision cached)"}
+        elif model.source.path:
+            yield {"basename": "lock", "name": model.name,
+                   "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
+                   "doc": f"record the sha256 of every checkpoint file in "
+                          f"{model.source.path}"}
 
 
 def _stage_task(project: Project, action: Action) -> dict:

@@ -108,6 +108,10 @@ class Engine:
         if action.stage != "fetch" or src.pinned:
             return
         model = self.project.models[action.model]
+        if src.path is not None:
+            raise SpecError(model.file, "source.files",
+                            f"every file's sha256 for the folder {src.path}; run "
+                            f"`doit lock:{model.name}` to write them to its lock")
         raise SpecError(model.file, "source.revision",
                         f"a 40-hex commit with file digests, got {src.revision!r} (a branch?); "
                         f"run `doit lock:{model.name}` where the hub is reachable to pin it")
@@ -400,11 +404,20 @@ class Engine:
             task=action.task, interpreter=interpreter_path(tc), rules_dir=self.paths.rules,
             rule=action.rule, action=rule_action,
             inputs={up: self.paths.root / f"build/{action.model}/{up}" for up in action.upstream},
-            files={k: self.paths.root / v for k, v in action.file_params.items()},
+            files={**{k: self.paths.root / v for k, v in action.file_params.items()},
+                   **self._source_dir(action)},
             scratch=scratch, env=dict(tc.env), limits=stage_limits(action, tc),
             watch=self._watch(action, key),
             image=key.description["toolchain"].get("image_id"),
         )
+
+    def _source_dir(self, action: Action) -> dict[str, Path]:
+        """fetch of a local source reads its folder (read-only in the sandbox); the folder is
+        in no key: the files' digests are (moving it changes nothing)."""
+        src = self.project.models[action.model].source
+        if action.stage != "fetch" or src.path is None:
+            return {}
+        return {"source_dir": Path(src.path)}
 
     def _sandboxed(self, tc: ToolchainSpec) -> bool:
         """Host stages run in bubblewrap unless the project opted out (said once)."""

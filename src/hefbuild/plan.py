@@ -68,6 +68,8 @@ def _source_description(model: ModelSpec) -> dict[str, Any]:
     src = model.source
     if src.synthetic is not None:
         return {"synthetic": dict(src.synthetic)}
+    if src.path is not None:  # the files' names and digests, never where the folder is
+        return {"local": True, "files": dict(src.files)}
     return {"hub": src.hub, "revision": src.revision, "files": dict(src.files)}
 
 

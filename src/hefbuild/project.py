@@ -81,8 +81,12 @@ def _load_declarations(paths: ProjectPaths, root: Path,
 
 
 def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:
-    """A hub model whose TOML names a branch takes its commit and file digests from the lock."""
+    """A hub model whose TOML names a branch takes its commit and file digests from the lock;
+    a local folder without [source.files] takes its file digests from it. `source.lock`
+    names a lock shared by several models (of one repository and revision)."""
     src = model.source
+    if src.lock is not None:
+        lock_path = root / src.lock
     if src.synthetic is not None or src.pinned or not lock_path.is_file():
         return model
     shown = lock_path.relative_to(root).as_posix()
@@ -90,12 +94,22 @@ def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:
         lock = json.loads(lock_path.read_text())
     except (OSError, ValueError) as exc:
         raise SpecError(shown, "", f"not valid JSON ({exc})") from exc
+    if not isinstance(lock, dict):
+        raise SpecError(shown, "", "a JSON object written by `doit lock`")
+    files = lock.get("files", {})
+    if not isinstance(files, dict) or not files \
+            or not all(SHA256_RE.match(str(v)) for v in files.values()):
+        raise SpecError(shown, "files", "a table of file name -> sha256 hex digest")
+    if src.path is not None:
+        if lock.get("source") != "path":
+            raise SpecError(shown, "source", f"a lock of a local folder, got one of "
+                            f"{lock.get('hub')}@{lock.get('requested_revision')}; run "
+                            f"`doit lock:{model.name}` again")
+        return replace(model, source=replace(src, files=dict(files)))
     if lock.get("hub") != src.hub or lock.get("requested_revision") != src.revision:
         raise SpecError(shown, "requested_revision",
                         f"a lock of {src.hub}@{src.revision}; run `doit lock:{model.name}` again")
-    revision, files = lock.get("revision", ""), lock.get("files", {})
+    revision = lock.get("revision", "")
     if not COMMIT_RE.match(str(revision)):
         raise SpecError(shown, "revision", "a 40-hex commit hash")
-    if not files or not all(SHA256_RE.match(str(v)) for v in files.values()):
-        raise SpecError(shown, "files", "a table of file name -> sha256 hex digest")
     return replace(model, source=replace(src, revision=revision, files=dict(files)))

@@ -6,6 +6,7 @@ key path and what was expected; nothing is built from a file that did not load.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -46,19 +47,27 @@ SYNTHETIC_KEYS: dict[str, ParamDef] = {
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """Where the checkpoint comes from: a pinned hub revision, or a synthetic recipe."""
+    """Where the checkpoint comes from: a pinned hub revision, a local checkpoint folder, or a
+    synthetic recipe. A hub or local source is fixed-output: every file's SHA-256 is known
+    (declared under [source.files] or read from its lock file)."""
 
     hub: str | None = None
     revision: str | None = None
     files: dict[str, str] = field(default_factory=dict)  # name -> sha256
     synthetic: dict[str, Any] | None = None
+    # A local checkpoint folder, absolute (as declared: `~` expanded, relative to the
+    # project root). Only fetch reads it; it never enters a key, so moving it changes nothing.
+    path: str | None = None
+    lock: str | None = None  # project-relative lock file, when not models/<model>.lock.json
 
     @property
     def pinned(self) -> bool:
-        return self.synthetic is not None or (
-            self.revision is not None and COMMIT_RE.match(self.revision) is not None
-            and bool(self.files)
-        )
+        if self.synthetic is not None:
+            return True
+        if self.path is not None:
+            return bool(self.files)
+        return (self.revision is not None and COMMIT_RE.match(self.revision) is not None
+                and bool(self.files))
 
 
 @dataclass(frozen=True)
@@ -211,25 +220,73 @@ def _toolchain_name(value: Any, known: set[str], shown: str, key: str) -> str:
 
 
 def _load_source(table: dict[str, Any], shown: str, root: Path) -> SourceSpec:
-    _only_keys(table, {"hub", "revision", "files", "synthetic"}, shown, "source")
+    _only_keys(table, {"hub", "revision", "files", "synthetic", "path", "lock"}, shown,
+               "source")
     if "synthetic" in table:
-        if "hub" in table:
-            raise SpecError(shown, "source",
-                            "either hub + revision or [source.synthetic], not both")
+        if "hub" in table or "path" in table:
+            other = "hub + revision" if "hub" in table else "path"
+            raise SpecError(shown, "source", f"either {other} or [source.synthetic], not both")
+        if "lock" in table or "files" in table:
+            key = "lock" if "lock" in table else "files"
+            raise SpecError(shown, f"source.{key}", "only with source.hub or source.path "
+                            "(a synthetic model is made, not downloaded)")
         synthetic = _table(table, "synthetic", shown, "source.synthetic")
         params = check_params(synthetic, SYNTHETIC_KEYS, shown, "source.synthetic", root)
         return SourceSpec(synthetic=params)
-    hub, revision = table.get("hub"), table.get("revision")
-    if not isinstance(hub, str) or "/" not in hub:
-        raise SpecError(shown, "source.hub", "a hub repository id like 'org/name' "
-                        "(or a [source.synthetic] table)")
-    if not isinstance(revision, str) or not revision:
-        raise SpecError(shown, "source.revision", "a 40-hex commit hash of the hub repository")
+    if "hub" in table and "path" in table:
+        raise SpecError(shown, "source", "either hub + revision or path, not both")
     files = _table(table, "files", shown, "source.files")
     for name, sha in files.items():
         if not isinstance(sha, str) or not SHA256_RE.match(sha):
             raise SpecError(shown, f"source.files.{name}", "a sha256 hex digest")
-    return SourceSpec(hub=hub, revision=revision, files=dict(files))
+    lock = _source_lock(table.get("lock"), shown)
+    if "path" in table:
+        if "revision" in table:
+            raise SpecError(shown, "source.revision", "only with source.hub (a local folder "
+                            "has no revisions: its files' digests pin it)")
+        folder = _source_folder(table["path"], shown, root)
+        return SourceSpec(path=folder, files=dict(files), lock=lock)
+    hub, revision = table.get("hub"), table.get("revision")
+    if isinstance(hub, str) and _looks_like_path(hub):
+        raise SpecError(shown, "source.hub", f"a hub repository id like 'org/name', got "
+                        f"{hub!r} (a local folder? use source.path)")
+    if not isinstance(hub, str) or "/" not in hub:
+        raise SpecError(shown, "source.hub", "a hub repository id like 'org/name' "
+                        "(or source.path, or a [source.synthetic] table)")
+    if not isinstance(revision, str) or not revision:
+        raise SpecError(shown, "source.revision", "a 40-hex commit hash of the hub repository")
+    return SourceSpec(hub=hub, revision=revision, files=dict(files), lock=lock)
+
+
+def _looks_like_path(hub: str) -> bool:
+    """`/data/ckpt`, `~/ckpt`, `./ckpt`, `a/b/c`, `C:\\ckpt`: a folder, not `org/name`."""
+    return hub.startswith(("/", "~", ".")) or "\\" in hub or hub.count("/") > 1
+
+
+def _source_folder(value: Any, shown: str, root: Path) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(shown, "source.path", "a checkpoint folder (absolute, ~/…, or "
+                        "relative to the project root)")
+    folder = Path(value).expanduser()
+    if not folder.is_absolute():
+        folder = root.absolute() / folder
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise SpecError(shown, "source.path", f"folder '{value}' {what}")
+    return str(Path(os.path.normpath(folder)))
+
+
+def _source_lock(value: Any, shown: str) -> str | None:
+    """A lock shared by models of one repository and revision: `models/<name>.lock.json`
+    (in models/, where the project cache sees it change)."""
+    if value is None:
+        return None
+    rel = Path(value) if isinstance(value, str) else None
+    if (rel is None or rel.is_absolute() or len(rel.parts) != 2 or rel.parts[0] != "models"
+            or not rel.name.endswith(".lock.json") or rel.name == ".lock.json"):
+        raise SpecError(shown, "source.lock",
+                        f"a lock file models/<name>.lock.json, got {value!r}")
+    return rel.as_posix()
 
 
 def _load_stages(

@@ -95,3 +95,41 @@ def test_no_token_in_key_manifest_or_log(project: Project, fake_repo):
     for path in project.store.rglob("*"):
         if path.is_file() and path.stat().st_size < 10_000_000:
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_a_cached_revision_locks_offline(project: Project, fake_repo):
+    """With the revision in the Hugging Face cache (downloaded by its branch name, as
+    `from_pretrained("org/name")` does), `doit lock` needs no hub: the same lock."""
+    import os
+    import subprocess
+    import sys
+
+    lock_file = project.root / "models/tinystories.lock.json"
+    with FakeHub(fake_repo) as hub:
+        assert project.doit("lock:tinystories", env=hub_env(hub, project)).returncode == 0
+        online = json.loads(lock_file.read_text())
+        fill = ("import sys\nfrom huggingface_hub import hf_hub_download\n"
+                "for name in sys.argv[2:]:\n    hf_hub_download(sys.argv[1], name, "
+                "revision='main')\n")
+        filled = subprocess.run([sys.executable, "-c", fill, REPO_ID, *fake_repo.files],
+                                env={**os.environ, **hub_env(hub, project)},
+                                capture_output=True, text=True)
+        assert filled.returncode == 0, filled.stderr
+    lock_file.unlink()
+    offline = {"HF_HOME": str(project.root / ".hf-home"), "HF_HUB_OFFLINE": "1",
+               "HF_ENDPOINT": "http://127.0.0.1:9"}
+    run = project.doit("lock:tinystories", env=offline)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(lock_file.read_text()) == online
+    run = project.doit("fetch:tinystories", env=offline)  # and the cache serves the fetch
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_an_uncached_revision_cannot_lock_offline(project: Project):
+    offline = {"HF_HOME": str(project.root / ".hf-empty"), "HF_HUB_OFFLINE": "1",
+               "HF_ENDPOINT": "http://127.0.0.1:9"}
+    run = project.doit("lock:tinystories", env=offline)
+    assert run.returncode != 0
+    assert "locking needs network access (or that revision in the Hugging Face cache)" in \
+        run.stdout + run.stderr
+    assert not (project.root / "models/tinystories.lock.json").exists()
