@@ -99,6 +99,9 @@ class HefbuildReporter(ConsoleReporter):
     def add_failure(self, task: Any, fail: Any) -> None:
         if isinstance(fail, TaskFailed) and not fail.traceback:
             self.write(f"ERROR: {fail.message}\n")  # ours: already one line, no traceback
+            line = check_verdict(Path(self.root), task.name, failed=True)
+            if line:
+                self.write(f"   {line}\n")
             return
         super().add_failure(task, fail)
 

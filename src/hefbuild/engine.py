@@ -35,7 +35,7 @@ from .key import ActionKey, describe
 from .outputs import fits_declared
 from .plan import Action, plan_project, rule_code_files
 from .project import Project
-from .stagelog import bound_log, log_limit
+from .stagelog import bound_log, keep_failed_outputs, log_limit
 from .statcache import StatCache
 from .store import STORE_FORMAT, Record, Store, sweep_staging
 from .storelock import StoreLock, register_project
@@ -349,9 +349,13 @@ class Engine:
                 raise
             if result.returncode != 0 or result.killed_for:
                 message = failure_message(action, stage, result, self.store.root)
-                self._keep_failed_log(action, running)
+                self._keep_failed_run(action, running, stage.out)
                 raise RuleFailed(message, peak_rss_mb=result.peak_rss_mb)
-            outputs = self._collect_outputs(action, stage.out)
+            try:
+                outputs = self._collect_outputs(action, stage.out)
+            except MissingOutput:
+                self._keep_failed_run(action, running, stage.out)
+                raise
             bound_log(running, scratch / LOG, log_limit())
             with self.store_lock.shared():
                 record = self._store_result(action, key, result, outputs, scratch / LOG,
@@ -474,6 +478,17 @@ class Engine:
         with suppress(OSError):
             os.replace(running, dest)
 
+    def _keep_failed_run(self, action: Action, running: Path, out: Path) -> None:
+        """A rule that failed: its log and the small declared outputs it wrote (a failed
+        verify's report) go next to each other in build/, and the previous result leaves
+        build/ (it was made for other inputs; the store keeps it for a way back)."""
+        self._keep_failed_log(action, running)
+        with suppress(OSError):
+            keep_failed_outputs(action.outputs, out,
+                                self._stage_dir(action).parent / f"{action.stage}.failed")
+        shutil.rmtree(self._stage_dir(action), ignore_errors=True)
+        self.fast.forget(action.out_dir)
+
     # -- build/ ----------------------------------------------------------------------
 
     def _stage_dir(self, action: Action) -> Path:
@@ -494,6 +509,7 @@ class Engine:
         _swap_dir(staging, final)
         self.fast.forget(action.out_dir)
         (final.parent / f"{action.stage}.failed.log").unlink(missing_ok=True)
+        shutil.rmtree(final.parent / f"{action.stage}.failed", ignore_errors=True)
 
 
 def _manifest(action: Action, key: ActionKey, record: Record, outcome: Outcome,

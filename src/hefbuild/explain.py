@@ -20,6 +20,7 @@ def explain_task(engine: Engine, task: str) -> list[str]:
     if decision.outcome is Outcome.UPTODATE:
         return [f"{task}: up to date (key {key.hex[:12]})"]
     lines = [f"{task}: would run ({decision.reason.split(';')[0]})"]
+    lines += _last_failure(engine, task)
     manifest = read_json(engine.paths.root / action.out_dir / MANIFEST)
     if manifest is not None and "description" in manifest:
         changes = diff_descriptions(manifest["description"], key.description)
@@ -44,3 +45,18 @@ def _first_stale_upstream(engine: Engine, task: str) -> tuple[str, str] | None:
         if decision.outcome is not Outcome.UPTODATE:
             return up_task, decision.reason
     return None
+
+
+def _last_failure(engine: Engine, task: str) -> list[str]:
+    """Where the last failed run of a task left its log and the outputs it wrote."""
+    action = engine.actions[task]
+    folder = engine.paths.root / "build" / action.model
+    log = folder / f"{action.stage}.failed.log"
+    if not log.is_file():
+        return []
+    line = f"  its last run failed: build/{action.model}/{log.name}"
+    kept = folder / f"{action.stage}.failed"
+    if kept.is_dir():
+        names = sorted(p.relative_to(folder).as_posix() for p in kept.rglob("*") if p.is_file())
+        line += "; what it wrote: " + ", ".join(f"build/{action.model}/{n}" for n in names)
+    return [line]

@@ -50,3 +50,23 @@ def _copy(f, out, n: int) -> None:  # noqa: ANN001 - binary files
             return
         out.write(chunk)
         n -= len(chunk)
+
+
+FAILED_OUTPUT_MAX = 16 << 20
+
+
+def keep_failed_outputs(declared: tuple[str, ...], out: Path, dest: Path) -> list[str]:
+    """Copy the declared output files a failed rule did write (reports, not models: each at
+    most 16 MiB) from its scratch `out` to `dest`, replacing what an earlier failure left."""
+    shutil.rmtree(dest, ignore_errors=True)
+    kept = []
+    for rel in declared:
+        src = out / rel
+        if rel.endswith("/") or src.is_symlink() or not src.is_file():
+            continue
+        if src.stat().st_size > FAILED_OUTPUT_MAX:
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest / rel)
+        kept.append(rel)
+    return kept

@@ -49,20 +49,36 @@ def summary_line(counts: dict[str, Any]) -> str:
     return "hefbuild: " + ", ".join(parts)
 
 
-def check_verdict(root: Path, task: str) -> str:
-    """A verify task's one-line result, from its report; '' for other tasks."""
+def check_verdict(root: Path, task: str, failed: bool = False) -> str:
+    """A verify task's one-line result with the figures it was gated on, from its report
+    (`failed`: the report a failed run left in build/<model>/verify.failed/); '' when none."""
     if not task.startswith("verify:"):
         return ""
     model = task.split(":", 1)[1]
-    report = read_json(root / "build" / model / "verify" / "report.json")
+    rel = f"build/{model}/verify{'.failed' if failed else ''}/report.json"
+    report = read_json(root / rel)
     if report is None:
         return ""
     verdict = "passed" if report.get("passed") else "FAILED"
     if (report.get("device") or {}).get("fake"):
         verdict += " on the HailoRT TEST DOUBLE (not a device)"
-    return (f"{task}: {verdict}, mean token agreement {report.get('mean_agreement', 0):.2f} "
-            f"over {len(report.get('prompts', []))} prompts (minimum "
-            f"{report.get('min_token_agreement')}); build/{model}/verify/report.json")
+    return f"{task}: {verdict}, {_gated_figures(report)}; {rel}"
+
+
+def _gated_figures(report: dict[str, Any]) -> str:
+    prompts = len(report.get("prompts", []))
+    if report.get("gate") == "teacher_forced":
+        return (f"teacher-forced agreement {report.get('mean_teacher_forced_agreement', 0):.3f}"
+                f" (minimum {report.get('min_teacher_forced')}), logit cosine "
+                f"{report.get('mean_logit_cosine', 0):.4f} (minimum "
+                f"{report.get('min_logit_cosine')}) over {prompts} prompts; free-running "
+                f"agreement {report.get('mean_agreement', 0):.2f}")
+    text = (f"mean token agreement {report.get('mean_agreement', 0):.2f} over {prompts} "
+            f"prompts (minimum {report.get('min_token_agreement')})")
+    cosine = (report.get("prefill") or {}).get("cosine")
+    if cosine is not None:
+        text += f", prefill cosine {cosine:.4f} (minimum {report.get('prefill_cosine_min')})"
+    return text
 
 
 def human_bytes(n: float) -> str:

@@ -12,6 +12,7 @@ import pytest
 from fakes.fake_executor import FakeExecutor
 
 from hefbuild.errors import MissingOutput, RuleFailed, SpecError, StageError, ToolchainMismatch
+from hefbuild.explain import explain_task
 
 from .helpers import MODEL, TASKS, edit, model_toml, run_all
 
@@ -67,16 +68,24 @@ def test_failing_rule_raises_one_line_naming_task_and_log(built, make_engine, ro
     assert message.endswith(f"log: build/{MODEL}/verify.failed.log")
 
 
-def test_failing_rule_records_nothing_and_keeps_build(built, make_engine, root, fake):
+def test_failing_rule_records_nothing_and_keeps_its_report(built, make_engine, root, fake):
     before = snapshot(root / "build" / MODEL / "verify")
+    old_key = json.loads(before["manifest.json"])["key"]
     engine, key = stale_verify(make_engine, root)
     fake.fail.add("verify")
     with pytest.raises(RuleFailed):
         engine.run(VERIFY)
     assert not engine.store.has_record(key.hex)
-    assert snapshot(root / "build" / MODEL / "verify") == before
+    # The passing report was made for other parameters: it leaves build/ (the store keeps it).
+    assert not (root / "build" / MODEL / "verify").exists()
+    assert engine.store.has_record(old_key)
+    failed = root / "build" / MODEL / "verify.failed"
+    assert json.loads((failed / "report.json").read_text()) == {"passed": False}
     failed_log = root / "build" / MODEL / "verify.failed.log"
     assert failed_log.read_text().endswith("gate failed: 0.1 < 0.5\n")
+    lines = explain_task(make_engine(), VERIFY)
+    assert f"  its last run failed: build/{MODEL}/verify.failed.log; what it wrote: " \
+        f"build/{MODEL}/verify.failed/report.json" in lines
     event = json.loads((root / "build" / "events.jsonl").read_text().splitlines()[-1])
     assert (event["task"], event["outcome"], event["key"]) == (VERIFY, "failed", key.hex)
 
@@ -89,7 +98,22 @@ def test_success_after_failure_removes_failed_log(built, make_engine, root, fake
     fake.fail.clear()
     assert engine.run(VERIFY)["outcome"] == "built"
     assert not (root / "build" / MODEL / "verify.failed.log").exists()
+    assert not (root / "build" / MODEL / "verify.failed").exists()
     oracle()
+
+
+def test_going_back_after_a_failure_restores_the_old_result(built, make_engine, root, fake):
+    before = snapshot(root / "build" / MODEL / "verify")
+    engine, _ = stale_verify(make_engine, root)
+    fake.fail.add("verify")
+    with pytest.raises(RuleFailed):
+        engine.run(VERIFY)
+    edit(model_toml(root), "max_new_tokens = 24", "max_new_tokens = 16")
+    assert make_engine().run(VERIFY)["outcome"] == "restored"
+    after = snapshot(root / "build" / MODEL / "verify")
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == \
+        {k: v for k, v in before.items() if k != "manifest.json"}
+    assert fake.stages_ran() == ["verify"]  # the failed run; the way back ran no rule
 
 
 def test_missing_declared_file_output(make_engine, fake, store):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.executors import ExecRequest, HostExecutor
+from hefbuild.executors import ExecRequest, HostExecutor, StageRun, Watch
 
 
 def request(tmp_path: Path, argv: list[str], timeout_s: float | None = None) -> ExecRequest:
@@ -85,3 +85,34 @@ def test_interrupt_while_waiting_kills_the_process_group(tmp_path):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert gone(int((tmp_path / "grandchild.pid").read_text()))
+
+
+def _rule_stage(tmp_path: Path, source: str, beats: list) -> StageRun:
+
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "r.py").write_text(source)
+    for sub in ("out", "work"):
+        (tmp_path / "scratch" / sub).mkdir(parents=True)
+    return StageRun(task="quantize:m", interpreter=sys.executable, rules_dir=tmp_path / "rules",
+                    rule="r.py", action={}, inputs={}, files={}, scratch=tmp_path / "scratch",
+                    env={}, watch=Watch(interval_s=0.2, emit=beats.append), sandbox=False)
+
+
+def test_a_rule_that_never_flushes_shows_its_progress_in_the_heartbeat(tmp_path):
+    # A pipe makes Python block-buffer print(): without PYTHONUNBUFFERED the heartbeat
+    # would only ever see the output at exit.
+    beats: list = []
+    stage = _rule_stage(tmp_path, "import time\nprint('calibrating 3/32')\ntime.sleep(1.5)\n",
+                        beats)
+    assert HostExecutor().run_stage(stage).returncode == 0
+    assert any("calibrating 3/32" in str(b.get("last_line")) for b in beats), beats
+
+
+def test_a_long_error_line_reaches_the_failure_message_whole(tmp_path):
+    from hefbuild.executors.host import log_tail
+
+    tail = "please unset the HF_HUB_OFFLINE environment variable"
+    line = "OSError: " + "x" * 400 + " " + tail
+    stage = _rule_stage(tmp_path, f"import sys\nprint('step')\nsys.exit({line!r})\n", [])
+    assert HostExecutor().run_stage(stage).returncode == 1
+    assert log_tail(stage.log_path) == line

@@ -39,6 +39,10 @@ class FakeExecutor:
             (Path(action["out"]) / "partial.bin").write_bytes(b"half")
             raise KeyboardInterrupt
         if stage in self.fail:
+            # Like a failing verify: the report of the failed run is written, then exit 1.
+            for decl in action["outputs"]:
+                if decl.endswith(".json"):
+                    (Path(action["out"]) / decl).write_text('{"passed": false}\n')
             request.log_path.write_text(f"{stage}: starting\n{stage}: gate failed: 0.1 < 0.5\n")
             return ExecResult(returncode=1, seconds=0.01, peak_rss_mb=10.0)
         self._write_outputs(action)

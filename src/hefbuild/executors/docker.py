@@ -215,7 +215,8 @@ def container_config(stage: StageRun, owner: dict[str, str] | None = None) -> di
     `owner`: the owner_labels() it carries."""
     env = dict(stage.env)
     env.setdefault("CUDA_VISIBLE_DEVICES", "0")  # unset, the DFC hides every GPU
-    env.update(PYTHONPATH=str(ROOT / "rules"), PYTHONDONTWRITEBYTECODE="1", HOME="/tmp")
+    env.update(PYTHONPATH=str(ROOT / "rules"), PYTHONDONTWRITEBYTECODE="1", HOME="/tmp",
+               PYTHONUNBUFFERED="1")
     config: dict[str, Any] = {
         "image": stage.image,
         "command": [stage.interpreter, str(ROOT / "rules" / stage.rule),

@@ -17,6 +17,7 @@ from .watch import MIB, StageWatch
 
 _POLL_S = 0.05
 _PR_SET_PDEATHSIG = 1
+TAIL_BYTES = 64 << 10  # enough for any one error line worth reading
 
 # Host variables a rule may need that cannot change its bytes; never part of a key.
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "USER")
@@ -93,6 +94,7 @@ def stage_env(stage: StageRun) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stage.rules_dir),
                                                     stage.env.get("PYTHONPATH")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # rules/ may be read-only
+    env["PYTHONUNBUFFERED"] = "1"  # progress reaches the log (and the heartbeat) as printed
     return env
 
 
@@ -185,9 +187,10 @@ def log_tail(path: Path) -> str:
     """The last non-empty line of a log (for one-line failure messages)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 4096))
+            f.seek(max(0, os.path.getsize(path) - TAIL_BYTES))
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
     except OSError:
         return "(no log)"
     lines = [ln for ln in lines if ln]
-    return lines[-1][:300] if lines else "(no output)"
+    # The whole line: its end is usually the part that says what to do.
+    return lines[-1] if lines else "(no output)"
