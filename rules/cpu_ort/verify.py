@@ -1,5 +1,9 @@
 """verify (cpu-ort): the compiled ONNX model measured against float32 transformers.
 
+Prompts are encoded by `common.prompting`: raw text through the tokenizer (default), or with
+`chat = true` as one user message in the checkpoint's own chat template; each prompt's report
+row records the text and the ids as sent.
+
 Per prompt, the float32 model's greedy continuation of max_new_tokens tokens is the reference
 (the whole sequence re-run each step, argmax of the last position in numpy; EOS does not stop
 generation). Along it:
@@ -28,6 +32,7 @@ from common.compare import (
     teacher_forced,
 )
 from common.determinism import ort_session, pin_torch
+from common.prompting import PromptError, encode_prompt
 
 AllLogits = Callable[[list[int]], Any]  # token ids -> numpy logits [positions, vocab]
 SEED = 0
@@ -91,7 +96,11 @@ def check_prompt(
     prompt: str, tok: Any, reference: AllLogits, candidate: AllLogits, params: dict[str, Any]
 ) -> dict[str, Any]:
     n = params["max_new_tokens"]
-    prompt_ids = tok(prompt).input_ids
+    try:
+        sent = encode_prompt(tok, prompt, params["chat"])
+    except PromptError as exc:
+        fail(f"verify: {exc}")
+    prompt_ids = sent.ids
     ref_ids = greedy(reference, prompt_ids, n)
     cand_ids = greedy(candidate, prompt_ids, n)
     # Row i predicts ref_ids[i] from the prompt plus ref_ids[:i].
@@ -111,7 +120,7 @@ def check_prompt(
             reason = "ok (free-running candidate output loops; not gated)"
     margin = div["margin"]
     return {
-        "prompt": prompt,
+        **sent.record(),
         "prompt_tokens": len(prompt_ids),
         "reference_ids": ref_ids,
         "candidate_ids": cand_ids,
@@ -142,6 +151,7 @@ def read_params(raw: dict[str, Any]) -> dict[str, Any]:
         "min_teacher_forced": float(raw.get("min_teacher_forced", 0.9)),
         "min_logit_cosine": float(raw.get("min_logit_cosine", 0.99)),
         "near_tie": float(raw.get("near_tie", 0.5)),
+        "chat": bool(raw.get("chat", False)),
     }
     if not prompts:
         fail("verify: params.prompts is empty; at least one prompt is needed")
@@ -215,6 +225,7 @@ def main() -> None:
         "method": quantization.get("method"),
         "quantization": quantization,
         "gate": params["gate"],
+        "chat": params["chat"],
         "max_new_tokens": params["max_new_tokens"],
         "min_token_agreement": params["min_token_agreement"],
         "min_teacher_forced": params["min_teacher_forced"],

@@ -206,7 +206,8 @@ def main() -> None:
     shutil.move(str(EXPORT_PATH), action.out / "model.onnx")
     save_npz(str(action.out / "hf_reference.npz"), ref)
     try:
-        tok_changes = prepare_tokenizer(ckpt, action.out / "tokenizer")
+        tok_changes = prepare_tokenizer(ckpt, action.out / "tokenizer",
+                                        chat=bool(action.params.get("chat", False)))
     except (OSError, ValueError) as exc:
         fail(f"export: cannot prepare the tokenizer: {exc}")
     write_ordered_json(

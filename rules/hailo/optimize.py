@@ -17,8 +17,9 @@ The rendered script must pin `model_optimization_flavor(optimization_level=...)`
 silently re-enables adaround/finetune) and carry `set_kv_cache_global_params(...)` (what
 duplicates the graph into `<scope>__prefill` / `<scope>__tbt`).
 
-Calibration (deterministic for a seed): the non-empty lines of the `calibration` file ordered
-by `numpy.random.default_rng(calibration_seed).permutation`; row r starts with BOS and packs
+Calibration (deterministic for a seed; `common.hailo_calibration`, shared with the fidelity
+stage): the non-empty lines of the `calibration` file ordered by
+`numpy.random.default_rng(calibration_seed).permutation`; row r starts with BOS and packs
 ordered lines r, r+1, ... (cyclic, each line at most once per row), tokenized without special
 tokens by export/tokenizer/tokenizer.json, cut to seq_len and, when shorter, left-padded with
 pad_token_id: the host-input convention of the export (`common.hailo_inputs`). Inputs, float32
@@ -56,6 +57,7 @@ from common.dfc import (
     write_har,
 )
 from common.dfc_script import ScriptError, commands, render
+from common.hailo_calibration import calibration_rows, pad_id
 
 HEFBUILD_PREFIX = "hefbuild/"
 SPARSE_LIMIT = 0.9
@@ -123,41 +125,6 @@ def render_recipe(action: Action, context: dict[str, Any]) -> str:
     return script
 
 
-def calibration_lines(path: Path, size: int, seed: int, stage: str) -> list[str]:
-    import numpy as np
-
-    try:
-        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
-    except OSError as exc:
-        fail(f"{stage}: cannot read calibration file {path}: {exc}")
-    lines = [ln for ln in lines if ln]
-    if not lines:
-        fail(f"{stage}: calibration file {path} has no non-empty lines")
-    order = np.random.default_rng(seed).permutation(len(lines))
-    return [lines[int(i)] for i in order]
-
-
-def token_rows(export: Path, ordered: list[str], config: dict[str, Any], size: int,
-               stage: str) -> list[list[int]]:
-    """`size` rows of at most seq_len ids: BOS, then ordered lines r, r+1, ... packed."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError as exc:
-        fail(f"{stage}: the 'tokenizers' package is needed for calibration: {exc}")
-    tok = Tokenizer.from_file(str(export / "tokenizer" / "tokenizer.json"))
-    encoded = [tok.encode(line, add_special_tokens=False).ids for line in ordered]
-    seq, bos = int(config["seq_len"]), config["bos_token_id"]
-    rows: list[list[int]] = []
-    for r in range(size):
-        ids: list[int] = [] if bos is None else [int(bos)]
-        for k in range(len(encoded)):
-            if len(ids) >= seq:
-                break
-            ids.extend(int(i) for i in encoded[(r + k) % len(encoded)])
-        rows.append(ids[:seq])
-    return rows
-
-
 def hn_shape(hn: dict[str, Any], layer: str, n: int, stage: str) -> list[int]:
     shapes = hn["layers"][layer].get("output_shapes") or hn["layers"][layer].get("input_shapes")
     if not shapes:
@@ -174,17 +141,15 @@ def calibration_set(action: Action, config: dict[str, Any], hn: dict[str, Any],
 
     stage, export = action.stage, action.input_dir("export")
     size = int(action.params["calibration_size"])
-    ordered = calibration_lines(action.file("calibration"), size,
-                                int(action.params["calibration_seed"]), stage)
-    rows = token_rows(export, ordered, config, size, stage)
+    rows = calibration_rows(action, config)
     with np.load(export / "hf_reference.npz") as ref:
         table = np.asarray(ref["embedding_table"], dtype=np.float32)
     seq, heads = int(config["seq_len"]), int(config["num_attention_heads"])
-    pad = config["pad_token_id"] if config["pad_token_id"] is not None else config["eos_token_id"]
+    pad = pad_id(config)
     window = config.get("sliding_window")
     embeds, masks, positions = [], [], []
     for ids in rows:
-        padded, n_real = hi.left_pad(ids, seq, int(pad))
+        padded, n_real = hi.left_pad(ids, seq, pad)
         if int(padded.max()) >= table.shape[0]:
             fail(f"{stage}: token id {int(padded.max())} is outside the embedding table "
                  f"({table.shape[0]} rows)")

@@ -154,8 +154,9 @@ def token_text(tok_json: bytes, tok_config: dict[str, Any], token_id: int | None
 
 
 def chat_template(tok_config: dict[str, Any], bos_text: str | None) -> str:
-    """export's chat template (it carries BOS as `{{ bos_token }}`) with BOS as literal text,
-    so the server emits it whatever variables its template engine defines."""
+    """export's chat template with `{{ bos_token }}` as literal text, so the server emits it
+    whatever variables its template engine defines. Nothing is added: export already decided
+    whether BOS belongs there (`common.hailo_tokenizer`)."""
     template = tok_config.get("chat_template")
     if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
         template = next((t.get("template") for t in template if t.get("name") == "default"),
@@ -164,8 +165,6 @@ def chat_template(tok_config: dict[str, Any], bos_text: str | None) -> str:
         template = PLAIN_TEMPLATE
     if bos_text:
         template = BOS_VARIABLE.sub(lambda _: bos_text, template)
-        if bos_text not in template:
-            template = bos_text + template
     return template
 
 

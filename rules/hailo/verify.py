@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from common.action import check_outputs, fail, load_action, round_sig, write_json
-from common.compare import compare_generations, judge
+from common.compare import NEAR_TIE, compare_generations, judge
 from common.device import Completed, HostKeyError, Transport, TransportError, open_transport
 
 CHECK_SCRIPT = Path(__file__).resolve().parent / "device_check.py"
@@ -316,13 +316,28 @@ def basis(ref: dict[str, Any], gen: dict[str, Any], encode: Any) -> tuple[str, l
     return "retokenized_text", encode(ref["text"]), list(gen["retokenized_ids"])
 
 
+def divergence_margin(ref: dict[str, Any], first: int | None, how: str,
+                      near_tie: float) -> tuple[float | None, bool]:
+    """The float32 top-1/top-2 margin where the device first differed (reference.json keeps
+    one per generated token); only when positions are the reference's token positions."""
+    margins = ref.get("margins") or []
+    if how != "token_ids" or first is None or first >= len(margins):
+        return None, False
+    return margins[first], margins[first] < near_tie
+
+
 def compare_prompt(ref: dict[str, Any], gen: dict[str, Any], min_agreement: float,
-                   encode: Any = None) -> dict:
+                   encode: Any = None, near_tie: float = NEAR_TIE) -> dict:
+    """The cpu-ort report's row shape, with what the device API allows: free-running text
+    (no logits along the continuation, so no teacher-forced figures)."""
     how, ref_ids, dev_ids = basis(ref, gen, encode)
     cmp = compare_generations(ref_ids, dev_ids)
     passed, reason = judge(cmp, min_agreement)
+    margin, tie = divergence_margin(ref, cmp["first_divergence"], how, near_tie)
     return {
         "prompt": ref["prompt"],
+        "sent": ref.get("formatted"),
+        "prompt_ids": ref.get("prompt_ids"),
         "compared": how,
         "reference_ids": ref_ids,
         "device_ids": dev_ids,
@@ -330,6 +345,8 @@ def compare_prompt(ref: dict[str, Any], gen: dict[str, Any], min_agreement: floa
         "device_text": gen.get("text", ""),
         "agreement": round_sig(cmp["agreement"]),
         "first_divergence": cmp["first_divergence"],
+        "first_divergence_margin": margin,
+        "near_tie": tie,
         "reference_degenerate": cmp["reference_degenerate"],
         "device_degenerate": cmp["candidate_degenerate"],
         "device_ids_exact": gen.get("token_ids_exact"),
@@ -340,13 +357,13 @@ def compare_prompt(ref: dict[str, Any], gen: dict[str, Any], min_agreement: floa
 
 
 def compare_all(reference: dict[str, Any], result: dict[str, Any], min_agreement: float,
-                encode: Any = None):
+                encode: Any = None, near_tie: float = NEAR_TIE):
     """Generations come back in request order (a prompt went as a one-message conversation)."""
     generations = list(result.get("generations") or [])
     if len(generations) != len(reference["prompts"]):
         raise DeviceFailure(f"the device returned {len(generations)} generations for "
                             f"{len(reference['prompts'])} prompts")
-    return [compare_prompt(ref, gen, min_agreement, encode)
+    return [compare_prompt(ref, gen, min_agreement, encode, near_tie)
             for ref, gen in zip(reference["prompts"], generations, strict=True)]
 
 
@@ -390,8 +407,7 @@ def summarize(rows: list[dict[str, Any]], prefill: dict[str, Any] | None, fake: 
         print(f"    {r['reason']}")
     if prefill is not None:
         mark = {True: "PASS", False: "FAIL", None: "SKIP"}[prefill["passed"]]
-    print(f"[{mark}] prefill cosine {prefill['cosine']}: "
-              f"{prefill['reason']}")
+        print(f"[{mark}] prefill cosine {prefill['cosine']}: {prefill['reason']}")
     print(f"{sum(r['passed'] for r in rows)}/{len(rows)} prompts passed")
     if fake:
         print(FAKE_WARNING)
@@ -448,6 +464,7 @@ def read_params(raw: dict[str, Any]) -> dict[str, Any]:
         "seed": int(raw.get("seed", 0)),
         "prefill_check": bool(raw.get("prefill_check", True)),
         "prefill_cosine_min": float(raw.get("prefill_cosine_min", 0.9)),
+        "near_tie": float(raw.get("near_tie", NEAR_TIE)),
     }
     if not 0.0 <= params["min_token_agreement"] <= 1.0:
         fail(f"verify: params.min_token_agreement {params['min_token_agreement']} not in [0, 1]")
@@ -520,7 +537,8 @@ def run(action, dev: Device, device: dict[str, Any], params: dict[str, Any], hef
             print(FAKE_WARNING)
         return f"verify: {exc}" + (f"; device log: {check}" if check else "")
     dev.fake = dev.fake or bool(result.get("fake"))
-    rows = compare_all(reference, result, params["min_token_agreement"], encoder(export))
+    rows = compare_all(reference, result, params["min_token_agreement"], encoder(export),
+                       params["near_tie"])
     prefill = (prefill_figures(npz, result.get("prefill_logits"), params["prefill_cosine_min"],
                                result.get("prefill_error")) if npz is not None else None)
     gen_attempts = [a for a in dev.attempts_log if a["step"] == "generate"]

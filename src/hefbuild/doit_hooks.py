@@ -9,15 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from doit.dependency import FileChangedChecker
-from doit.exceptions import TaskFailed
+from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
 from .errors import HefbuildError
-from .events import EventLog, Outcome, rotate
+from .events import EventLog, rotate
+from .groups import GROUPS, blocked_line, labelled, members, rows, table_lines, task_line
 from .lock import ProjectLock
 from .project import STATE_DIR
-from .session import engine_for, fast_path_at
-from .summary import check_verdict, events_since, human_bytes, outcome_counts, summary_line
+from .session import engine_for, fast_path_at, project_at
+from .summary import check_verdict, events_since, outcome_counts, summary_line
 
 
 class DigestChecker(FileChangedChecker):
@@ -68,22 +69,37 @@ class HefbuildReporter(ConsoleReporter):
         rotate(self._events_path())
         self._events_at = _size(self._events_path())
         self._uptodate: list[str] = []
+        self._succeeded: set[str] = set()
+        self._failed: dict[str, str] = {}
+        self._blocked: set[str] = set()
+        self._selected = list(selected_tasks or [])
+        self._known = list(tasks)
         super().initialize(tasks, selected_tasks)
 
     def _events_path(self) -> Path:
         return Path(self.root) / "build" / "events.jsonl"
 
+    def execute_task(self, task: Any) -> None:
+        """A stage says what it came to when it ends (and a build announces itself)."""
+        if _is_stage(task):
+            return
+        super().execute_task(task)
+
     def skip_uptodate(self, task: Any) -> None:
-        super().skip_uptodate(task)
+        if _is_stage(task):
+            self.write(labelled("up to date", task.name) + "\n")
+        else:
+            super().skip_uptodate(task)
         self._uptodate.append(task.name)  # one summary event for all of them, at the end
+        self._succeeded.add(task.name)
         self._verdict(task)
 
     def add_success(self, task: Any) -> None:
         super().add_success(task)
+        self._succeeded.add(task.name)
         values = getattr(task, "values", None) or {}
-        if values.get("outcome") == Outcome.REMOTE.value:
-            self.write(f"   {task.name}: remote ({human_bytes(values.get('bytes', 0))} in "
-                       f"{values.get('remote_seconds', 0):.2f} s, verified)\n")
+        if values.get("outcome"):
+            self.write(task_line(task.name, values) + "\n")
         self._verdict(task)
 
     def _verdict(self, task: Any) -> None:
@@ -97,7 +113,14 @@ class HefbuildReporter(ConsoleReporter):
             self.write(f"   {line}\n")
 
     def add_failure(self, task: Any, fail: Any) -> None:
+        if isinstance(fail, UnmetDependency):
+            # doit's block per dependent task says only that an upstream failed: one line
+            # (the upstream's own error was shown when it failed).
+            self._blocked.add(task.name)  # said once, at the end (`_blocked_line`)
+            return
+        self._failed[task.name] = getattr(fail, "message", "") or str(fail)
         if isinstance(fail, TaskFailed) and not fail.traceback:
+            self.write(labelled("failed", task.name) + "\n")
             self.write(f"ERROR: {fail.message}\n")  # ours: already one line, no traceback
             line = check_verdict(Path(self.root), task.name, failed=True)
             if line:
@@ -108,20 +131,46 @@ class HefbuildReporter(ConsoleReporter):
     def complete_run(self) -> None:
         try:
             super().complete_run()
+            self._blocked_line()
+            self._group_table()
             self._summarize()
         finally:
             self._lock.release()
 
+    def _blocked_line(self) -> None:
+        line = blocked_line(sorted(t for t in getattr(self, "_blocked", ()) if ":" in t))
+        if line:
+            self.write(line + "\n")
+
+    def _group_table(self) -> None:
+        selected = getattr(self, "_selected", [])
+        wanted = members(selected, getattr(self, "_known", []))
+        groups = [g for g in GROUPS if g in selected]
+        if not wanted and not groups:
+            return
+        broken = project_at(self.root).broken if groups else {}
+        table = rows(Path(self.root), wanted, self._succeeded, self._failed, self._blocked,
+                     broken, groups)
+        for line in table_lines(table):
+            self.write(line + "\n")
 
     def _summarize(self) -> None:
         fast_path_at(self.root).save()
         uptodate = getattr(self, "_uptodate", [])
         events = events_since(self._events_path(), getattr(self, "_events_at", 0))
-        if not events and not uptodate:
+        failed = getattr(self, "_failed", {})
+        if not events and not uptodate and not failed:
             return
         counts = outcome_counts(events, uptodate)
+        # A refused declaration (e.g. an unpinned fetch) fails before any event is written.
+        counts["failed"] = max(counts["failed"], sum(":" in t for t in failed))
         self.write(summary_line(counts) + "\n")
+        if not events and not uptodate:
+            return  # only refusals: bad input leaves build/ as it was
         EventLog(self._events_path()).summary(counts, uptodate)
+        from .trace import write_trace  # stdlib only; here to keep this edit in one method
+
+        write_trace(self._events_path(), getattr(self, "_events_at", 0))
 
 
 def _size(path: Path) -> int:
@@ -129,3 +178,9 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def _is_stage(task: Any) -> bool:
+    """A hefbuild stage task (its action is the engine's), not a group, lock or image."""
+    return bool(task.actions) and ":" in task.name and \
+        task.name.split(":", 1)[0] not in ("lock", "image", "placement")

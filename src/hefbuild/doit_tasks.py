@@ -19,7 +19,7 @@ from .doit_hooks import DigestChecker, HefbuildReporter
 from .errors import HefbuildError
 from .plan import Action, artifact_task, task_name
 from .project import STATE_DIR, Project
-from .selection import models_named
+from .selection import models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, only_models, project_at
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
@@ -49,15 +49,31 @@ def forced(task: str, argv: list[str]) -> bool:
 
 
 def check_uptodate(root: str, task: str) -> bool:
-    """The last verdict while nothing it read changed; else the engine decides."""
+    """The last verdict while nothing it read changed; else the engine decides. For `doit
+    list --status` and `doit info` (nothing runs first) an upstream that would run makes
+    its downstream not up to date either, as `doit status` and `doit explain` say."""
     try:
+        if not _own_uptodate(root, task):
+            return False
+        if not _inspecting(sys.argv[1:]):
+            return True  # in a run, doit asks only after the upstream tasks are done
         action = actions_at(root)[task]
-        if fast_path_at(root).answer(task, action.toolchain) is not None:
-            return True
-        return engine_for(root).is_uptodate(task)
+        return all(check_uptodate(root, task_name(up, action.model)) for up in action.upstream)
     except KeyboardInterrupt:
         print(f"hefbuild: interrupted (Ctrl-C) while checking {task}", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def _own_uptodate(root: str, task: str) -> bool:
+    action = actions_at(root)[task]
+    if fast_path_at(root).answer(task, action.toolchain) is not None:
+        return True
+    return engine_for(root).is_uptodate(task)
+
+
+def _inspecting(argv: list[str]) -> bool:
+    words = [w for w in argv if not w.startswith("-")]
+    return bool(words) and words[0] in ("list", "info")
 
 
 # doit inspects every uptodate callable's signature once per task (for its magic `task`
@@ -87,6 +103,31 @@ def save_placement(root: str, model: str) -> dict[str, Any] | TaskFailed:
     return {"placement": f"placements/{model}.auto.alls"}
 
 
+def clean_stage(root: str, task: str) -> None:
+    """`doit clean TASK`: the stage's folders leave build/; its result stays in the store,
+    so the next `doit TASK` restores it without running the rule."""
+    import shutil
+
+    from .lock import ProjectLock
+
+    action = actions_at(root)[task]
+    lock = ProjectLock(Path(root) / STATE_DIR / "lock")
+    lock.acquire(True, lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        folder = Path(root) / "build" / action.model
+        gone = [p for p in (folder / action.stage, folder / f"{action.stage}.failed",
+                            folder / f"{action.stage}.failed.log") if p.exists()]
+        for path in gone:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        fast = fast_path_at(root)
+        fast.drop(task)
+        fast.save()
+    finally:
+        lock.release()
+    where = ", ".join(p.relative_to(root).as_posix() for p in gone) or "nothing to remove"
+    print(f"{task}: removed {where}; the store keeps its result (`doit {task}` restores it)")
+
+
 def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:
     """DOIT_CONFIG and the task creator for the project at `root`; exits on bad input."""
     try:
@@ -95,9 +136,17 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
         print(f"ERROR: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     (project.paths.state).mkdir(exist_ok=True)
-    selected = models_named(sys.argv[1:], set(project.models), set(project.toolchains))
+    selected = models_named(sys.argv[1:], set(project.models) | set(project.broken),
+                            set(project.toolchains))
+    _say_broken(project, selected)
+    typo = unknown_task(sys.argv[1:], task_names(project))
+    if typo is not None:
+        print(f"ERROR: {typo}", file=sys.stderr)
+        raise SystemExit(3)
     only_models(str(project.paths.root), selected)
     config = {
+        # A failed model must not stop the others (doit -c): each group ends with a table.
+        "continue": True,
         # doit's own records decide nothing here (the uptodate check compares keys, and the
         # project lock keeps one doit per project): one JSON file read once beats a query
         # and a JSON decode per task.
@@ -114,6 +163,34 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
 
     task_hefbuild.__doc__ = "hefbuild stages (models/*.toml)"
     return config, task_hefbuild
+
+
+def task_names(project: Project) -> set[str]:
+    """Every task and group name the project's declarations make (no plan needed)."""
+    from .pipelines import PIPELINES
+
+    names: set[str] = set()
+    for model in project.models.values():
+        bases = [s.name for s in PIPELINES[model.target]]
+        if model.target == "hailo10h":
+            bases += ["hef", "placement"]
+        if model.source.hub or model.source.path:
+            bases.append("lock")
+        names |= set(bases) | {f"{b}:{model.name}" for b in bases}
+    images = {f"image:{tc.name}" for tc in project.toolchains.values()
+              if tc.kind == "docker" and "context" in tc.image}
+    return names | images | ({"image"} if images else set())
+
+
+def _say_broken(project: Project, selected: set[str] | None) -> None:
+    """A bad model file named on the command line stops the run with its one line (nothing
+    is built or stored); any other one is one warning line, and its tasks are left out."""
+    named = sorted(m for m in project.broken if selected is not None and m in selected)
+    if named:
+        print(f"ERROR: {project.broken[named[0]]}", file=sys.stderr)
+        raise SystemExit(3)
+    for error in project.broken.values():
+        print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
 
 
 def build_toolchain_image(root: str, name: str) -> dict[str, Any] | TaskFailed:
@@ -142,7 +219,39 @@ def _image_tasks(project: Project) -> Iterator[dict]:
                           f"and pin its ID in toolchain/{tc.name}.lock.json"}
 
 
+# What `doit list` says of each group (a group runs that stage of every model).
+GROUP_DOCS = {
+    "fetch": "every model's checkpoint, fixed-output (hub commit, local folder or synthetic)",
+    "export": "every model's exported graph (ONNX), gated against transformers",
+    "quantize": "every cpu-ort model quantized by its declared method",
+    "parse": "every hailo10h model's graph parsed by the DFC (HAR)",
+    "resources": "every hailo10h model's HAR with host-side layers and the genai config",
+    "optimize": "every hailo10h model quantized by its recipe (DFC optimize, GPU)",
+    "fidelity": "every hailo10h model's recipe emulated on the CPU against float32",
+    "compile": "every model's deployable artifact (cpu-ort: optimized ONNX; hailo10h: HEF)",
+    "reference": "every hailo10h model's float32 greedy generation of its prompts",
+    "verify": "every model's check, ending with a table: passed, failed, not runnable",
+    "hef": "every hailo10h model's HEF (build/<model>/compile/model.hef), with a table",
+    "placement": "keep each hailo10h model's compiler placement for replay",
+    "lock": "pin each hub or local model's files (commit and SHA-256s)",
+    "image": "build and pin each docker toolchain's image",
+}
+
+
+def _group_heads(basenames: set[str]) -> Iterator[dict]:
+    """A dict with `name: None` is doit's group task itself: its own description."""
+    for base in sorted(basenames):
+        yield {"basename": base, "name": None,
+               "doc": GROUP_DOCS.get(base, f"the {base} stage of every model")}
+
+
 def _task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
+    tasks = list(_model_task_dicts(project, selected))
+    yield from _group_heads({t["basename"] for t in tasks})
+    yield from tasks
+
+
+def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
     root = str(project.paths.root)
     yield from _image_tasks(project)
     by_model: dict[str, list[Action]] = {}
@@ -183,6 +292,7 @@ def _stage_task(project: Project, action: Action) -> dict:
         "name": action.model,
         "actions": [(run_task, [root, action.task])],
         "uptodate": [(check_uptodate, [root, action.task])],
-        "task_dep": [task_name(up, action.model) for up in action.upstream],
+        "task_dep": [task_name(up, action.model) for up in (*action.upstream, *action.after)],
+        "clean": [(clean_stage, [root, action.task])],
         "doc": f"{action.stage} {action.model} ({action.target}, toolchain {action.toolchain})",
     }

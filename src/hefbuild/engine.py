@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,11 +35,11 @@ from .key import ActionKey, describe
 from .outputs import fits_declared
 from .plan import Action, plan_project, rule_code_files
 from .project import Project
-from .stagelog import bound_log, keep_failed_outputs, log_limit
+from .stagelog import LogFollower, bound_log, keep_failed_outputs, log_limit
 from .statcache import StatCache
 from .store import STORE_FORMAT, Record, Store, sweep_staging
 from .storelock import StoreLock, register_project
-from .summary import check_verdict
+from .summary import check_figures, check_verdict
 from .toolchain import ToolchainResolver, interpreter_path
 
 MANIFEST = "manifest.json"
@@ -79,6 +79,7 @@ class Engine:
         if executor is not None:
             self._executors = dict.fromkeys(("host", "ssh", "local", "docker"), executor)
         self.progress = progress
+        self.stream_logs = False  # `doit -v 2`: each rule's output to the terminal as it runs
         self.events = EventLog(self.paths.build / "events.jsonl")
         self._rule_files: dict[str, list[Path]] = {}  # rule -> its code files, per invocation
 
@@ -241,8 +242,15 @@ class Engine:
                                time.monotonic() - start, peak, error=one_line(exc))
             raise
         peak = record.peak_rss_mb if record and outcome is Outcome.BUILT else peak_rss_mb()
-        self.events.append(task, key.hex, outcome, time.monotonic() - start, peak, **extra)
-        return {"outcome": outcome.value, "key": key.hex, **extra}
+        seconds = time.monotonic() - start
+        measured = self._record_duration(action, record) if outcome is Outcome.BUILT else {}
+        if outcome is not Outcome.UPTODATE:
+            measured.update(check_figures(self.paths.root, task))
+        self.events.append(task, key.hex, outcome, seconds, peak, **extra, **measured)
+        shown = {"seconds": round(seconds, 3)}
+        if outcome is Outcome.BUILT and peak:
+            shown["peak_rss_mb"] = round(peak)  # the rule's own peak, for the task's line
+        return {"outcome": outcome.value, "key": key.hex, **shown, **extra}
 
     def _realize(self, action: Action, decision: Decision, force: bool,
                  start: float) -> tuple[Outcome, Record | None, dict[str, Any]]:
@@ -340,10 +348,14 @@ class Engine:
         running = self._stage_dir(action).parent / f"{action.stage}.running.log"
         running.parent.mkdir(parents=True, exist_ok=True)
         running.unlink(missing_ok=True)
+        if self.progress is not None:
+            self.progress(f"[hefbuild] {action.task}: building (rules/{action.rule}, toolchain "
+                          f"{action.toolchain}); log: {running.relative_to(self.paths.root)}")
         with self.store.scratch() as scratch:
             stage = replace(self._stage_run(action, key, scratch), log_file=running)
             try:
-                result = self._executor(tc.kind).run_stage(stage)
+                with self._follow(running):
+                    result = self._executor(tc.kind).run_stage(stage)
             except BaseException:
                 self._keep_failed_log(action, running)
                 raise
@@ -363,6 +375,14 @@ class Engine:
                 self._install(action, key, Outcome.BUILT, record, {}, start)
             running.unlink(missing_ok=True)
         return record
+
+    def _follow(self, running: Path) -> AbstractContextManager[Any]:
+        """`doit -v 2` streams the rule's output as it runs (doit shows nothing of it)."""
+        if not self.stream_logs or self.progress is None:
+            return nullcontext()
+        from .executors.watch import OWN_PREFIX
+
+        return LogFollower(running, self.progress, OWN_PREFIX)
 
     def _sweep_once(self) -> None:
         """What killed runs left: scratch folders in the store, staging folders in build/."""
@@ -440,8 +460,25 @@ class Engine:
             if self.progress is not None:
                 self.progress(f"[hefbuild] {action.task}: {beat['message']}")
 
+        # Read only here, when a stage is about to build: never on a no-op or `doit list`.
+        from . import history
+
+        fields = _history_fields(self.paths.root, action, key.description)
+        usual = history.usual(history.read_durations(self.store.root), action.stage, **fields)
         return Watch(_env_seconds("HEFBUILD_HEARTBEAT_S", 60.0),
-                     _env_seconds("HEFBUILD_SILENCE_S", 900.0), emit)
+                     _env_seconds("HEFBUILD_SILENCE_S", 900.0), emit,
+                     usual_s=usual.seconds if usual else None,
+                     usual_builds=usual.builds if usual else 0)
+
+    def _record_duration(self, action: Action, record: Record) -> dict[str, Any]:
+        """A built stage's run time joins the store's history (the next build's ETA);
+        returns the fields that make it comparable, for the `built` event too."""
+        from . import history
+
+        fields = _history_fields(self.paths.root, action, record.description)
+        history.record_duration(self.store.root, action.task, record.key, record.seconds,
+                                record.peak_rss_mb, **fields)
+        return fields
 
     def _executor(self, kind: str) -> Executor:
         if kind in ("host", "ssh", "local") and kind not in self._executors:
@@ -523,6 +560,20 @@ def _manifest(action: Action, key: ActionKey, record: Record, outcome: Outcome,
                     for rel, o in sorted(record.outputs.items())},
         "description": key.description,
     }
+
+
+def _history_fields(root: Path, action: Action, description: dict[str, Any]) -> dict[str, Any]:
+    """What makes two builds of a stage comparable (hefbuild.history): a fingerprint of the
+    rule's code and the bytes the stage reads (upstream outputs and file parameters)."""
+    from .history import rule_fingerprint
+
+    paths = [root / "build" / action.model / rel for rel in description.get("inputs", {})]
+    paths += [root / f["path"] for f in description.get("files", {}).values()]
+    size = 0
+    for path in paths:
+        with suppress(OSError):
+            size += path.stat().st_size
+    return {"rule": rule_fingerprint(description.get("rule", {})), "input_bytes": size}
 
 
 def hub_cache_dirs() -> tuple[Path, ...]:

@@ -28,20 +28,22 @@ class EventLog:
 
     def heartbeat(self, task: str, key: str, beat: dict[str, Any]) -> None:
         """A line for a running stage (it has no `outcome`: the task is not over)."""
-        self._write({"task": task, "key": key, "heartbeat": beat, "time": _now()})
+        self._write({"task": task, "key": key, "heartbeat": beat, "time": _now(),
+                     "unix": _unix()})
 
     def append(self, task: str, key: str | None, outcome: Outcome, seconds: float,
                peak_rss_mb: float, **extra: Any) -> None:
         self._write({
             "task": task, "key": key, "outcome": outcome.value,
             "seconds": round(seconds, 4), "peak_rss_mb": round(peak_rss_mb, 1),
-            "time": _now(), **extra,
+            "time": _now(), "unix": _unix(), **extra,
         })
 
     def summary(self, counts: dict[str, Any], uptodate: list[str]) -> None:
         """The invocation's one closing line; up-to-date tasks are named here, not each
         on its own line, so a no-op of 1000 tasks adds one line."""
-        self._write({"summary": counts, "uptodate": sorted(uptodate), "time": _now()})
+        self._write({"summary": counts, "uptodate": sorted(uptodate), "time": _now(),
+                     "unix": _unix()})
 
     def _write(self, line: dict[str, Any]) -> None:
         """One whole line or nothing: under an exclusive lock, a broken tail (a write cut
@@ -128,6 +130,12 @@ def expand_summaries(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _unix() -> float:
+    """The moment of `time` to the microsecond: a task line's start is `unix - seconds`,
+    which a trace needs (`time` alone is to the second and marks the end)."""
+    return round(time.time(), 6)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -42,10 +42,11 @@ def check_wheels(project: Project, spec: ToolchainSpec) -> None:
         path = context / name
         rel = path.relative_to(project.paths.root).as_posix()
         if not path.is_file():
+            check = (f"its SHA-256 must be {sha}" if sha else
+                     f"then declare its SHA-256 under [wheels] in {spec.file}")
             raise HefbuildError(
                 f"{spec.file}: wheels.{name}: {rel} is missing; download it from Hailo's "
-                f"Developer Zone (hailo.ai, an account is needed) and put it there; "
-                f"its SHA-256 must be {sha}")
+                f"Developer Zone (hailo.ai, an account is needed) and put it there; {check}")
         actual = sha256_file(path).hex
         if not sha:
             raise HefbuildError(

@@ -30,6 +30,9 @@ class ParamDef:
     # The name of a BOOL parameter that switches this one on; while it is false this one
     # is dropped entirely (not checked, not in the key).
     when: str | None = None
+    # A stage whose value, when this one is not given, is taken over (fidelity calibrates on
+    # optimize's rows unless told otherwise).
+    inherit: str | None = None
 
 
 def check_value(value: Any, pdef: ParamDef) -> str | None:

@@ -8,7 +8,7 @@ otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .params import ParamDef
 from .params import ParamType as T
@@ -23,6 +23,9 @@ class StageDef:
     params: dict[str, ParamDef] = field(default_factory=dict)
     toolchain: str = "host"
     gpu: bool = False  # wants a GPU (optimize); a model may say otherwise
+    # Stages that must succeed before this one runs, whose outputs it does not read: an
+    # order (and a gate), not an input, so they are neither in its key nor mounted.
+    after: tuple[str, ...] = ()
 
 
 # Keys every [stages.<stage>] table accepts besides the stage's own parameters: where it
@@ -36,6 +39,10 @@ COMMON_STAGE_KEYS = {
 }
 
 _FETCH = StageDef("fetch", "fetch.py", (), ("checkpoint/",))
+
+# A chat model gets its prompts in its own chat template; set for every stage that formats a
+# prompt by `[model] chat = true` (rules/common/prompting.py).
+_CHAT = ParamDef(T.BOOL, False)
 
 _VERIFY_PARAMS = {
     "prompts": ParamDef(T.STR_LIST, ["Once upon a time", "The children played"], minimum=1),
@@ -84,12 +91,21 @@ CPU_ORT = (
         "min_teacher_forced": ParamDef(T.FLOAT, 0.9, minimum=0.0, maximum=1.0),
         "min_logit_cosine": ParamDef(T.FLOAT, 0.99, minimum=-1.0, maximum=1.0),
         "near_tie": ParamDef(T.FLOAT, 0.5, minimum=0.0),
+        "chat": _CHAT,
     }),
 )
 
 # Sizes that are known to work on the Hailo-10H (HAILO-PIPELINE.md).
 _DFC = "hailo-dfc-5.3.0"
 _RECIPES = "rules/hailo/recipes"
+# optimize's calibration set; fidelity takes optimize's values unless its own table sets
+# them, so the CPU emulation is calibrated on the same rows.
+_CALIBRATION = {
+    "calibration": ParamDef(T.FILE, "data/calibration/tiny-stories.txt"),
+    "calibration_size": ParamDef(T.INT, 32, minimum=1),
+    "calibration_seed": ParamDef(T.INT, 0),
+}
+_SAME_CALIBRATION = {k: replace(v, inherit="optimize") for k, v in _CALIBRATION.items()}
 
 HAILO10H = (
     _FETCH,
@@ -105,6 +121,7 @@ HAILO10H = (
             "scope": ParamDef(T.STR, "model"),
             "reference_text": ParamDef(T.STR, "Once upon a time there was a little robot who"),
             "cosine_min": ParamDef(T.FLOAT, 0.999, minimum=-1.0, maximum=1.0),
+            "chat": _CHAT,  # which template the HEF's tokenizer carries
         },
     ),
     StageDef("parse", "hailo/parse.py", ("export",), ("parsed.har",), toolchain=_DFC),
@@ -115,9 +132,7 @@ HAILO10H = (
         ("quantized.har", "model_script.alls"),
         {
             "recipe": ParamDef(T.FILE, f"{_RECIPES}/optimize.alls"),
-            "calibration": ParamDef(T.FILE, "data/calibration/tiny-stories.txt"),
-            "calibration_size": ParamDef(T.INT, 32, minimum=1),
-            "calibration_seed": ParamDef(T.INT, 0),
+            **_CALIBRATION,
             "optimization_level": ParamDef(T.INT, 0, minimum=0, maximum=4),
             "compression_level": ParamDef(T.INT, 4, minimum=0, maximum=5),
             "accept_reduced_optimization": ParamDef(T.BOOL, False),
@@ -135,13 +150,25 @@ HAILO10H = (
             "placement": ParamDef(T.FILE, "placements/{model}.auto.alls",
                                   when="replay_placement"),
         },
-        toolchain=_DFC,
+        # The fidelity gate runs first: a recipe that ruins the model fails in minutes,
+        # before hours of placement; its figures never enter compile's key.
+        toolchain=_DFC, after=("fidelity",),
     ),
     # The float32 transformers greedy run of the prompts, on the build host, once: the
     # device check compares against it without recomputing it per device run.
     StageDef(
         "reference", "hailo/reference.py", ("fetch",), ("reference.json",),
-        {k: _VERIFY_PARAMS[k] for k in ("prompts", "max_new_tokens")},
+        {**{k: _VERIFY_PARAMS[k] for k in ("prompts", "max_new_tokens")}, "chat": _CHAT},
+    ),
+    # A CPU emulation of the recipe's precisions (ONNX Runtime QDQ), compared with float32
+    # like verify compares the device; not the chip. Thresholds of 0 / -1 only report.
+    StageDef(
+        "fidelity", "hailo/fidelity.py", ("export", "optimize", "reference"), ("fidelity.json",),
+        {
+            **_SAME_CALIBRATION,
+            "min_teacher_forced": ParamDef(T.FLOAT, 0.0, minimum=0.0, maximum=1.0),
+            "min_prefill_cosine": ParamDef(T.FLOAT, -1.0, minimum=-1.0, maximum=1.0),
+        },
     ),
     StageDef(
         "verify", "hailo/verify.py", ("export", "compile", "reference"), ("report.json",),
@@ -150,6 +177,7 @@ HAILO10H = (
             "seed": ParamDef(T.INT, 0),
             "prefill_check": ParamDef(T.BOOL, True),
             "prefill_cosine_min": ParamDef(T.FLOAT, 0.9, minimum=-1.0, maximum=1.0),
+            "near_tie": ParamDef(T.FLOAT, 0.5, minimum=0.0),
         },
         toolchain="hailo10h-device",
     ),

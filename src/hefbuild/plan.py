@@ -33,6 +33,9 @@ class Action:
     source: dict[str, Any] | None  # only fetch sees the source; others see its outputs
     toolchain: str
     limits: StageLimits = StageLimits()
+    # Stages of the same model that must succeed first; not inputs: neither in the key
+    # nor mounted (doit orders by them, the engine never looks at them).
+    after: tuple[str, ...] = ()
 
     @property
     def task(self) -> str:
@@ -59,7 +62,7 @@ def plan_model(model: ModelSpec) -> list[Action]:
         actions.append(Action(
             model.name, sdef.name, model.target, sdef.rule, sdef.inputs, sdef.outputs,
             params, files, source, model.stage_toolchains[sdef.name],
-            model.stage_limits.get(sdef.name, StageLimits(gpu=sdef.gpu)),
+            model.stage_limits.get(sdef.name, StageLimits(gpu=sdef.gpu)), sdef.after,
         ))
     return actions
 

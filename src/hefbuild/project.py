@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import SpecError
@@ -55,29 +55,40 @@ class Project:
     toolchains: dict[str, ToolchainSpec]
     settings: Settings = Settings()
     stamp: str = ""  # of the declarations, when loaded through the project cache
+    # Model files that failed to load -> their one-line error: they block only their own
+    # tasks, never another model's.
+    broken: dict[str, str] = field(default_factory=dict)
+
+
+Declarations = tuple[dict[str, ModelSpec], dict[str, ToolchainSpec], dict[str, str]]
 
 
 def load_project(root: Path, store: Path | None = None,
-                 declarations: tuple[dict[str, ModelSpec], dict[str, ToolchainSpec]] | None
-                 = None) -> Project:
-    """The project at `root`; `declarations` are models and toolchains already loaded from
-    unchanged files (the project cache)."""
+                 declarations: Declarations | None = None, strict: bool = True) -> Project:
+    """The project at `root`; `declarations` are models, toolchains and broken models
+    already loaded from unchanged files (the project cache). A bad toolchain file always
+    raises (models name toolchains); a bad model file raises only when `strict`, else it
+    is set aside in `broken` (doit: it blocks its own tasks only)."""
     root = root.absolute()
     paths = ProjectPaths(root, store or default_store_root())
-    models, toolchains = declarations or _load_declarations(paths, root)
-    return Project(paths, models, toolchains, load_settings(root))
+    models, toolchains, broken = declarations or _load_declarations(paths, root, strict)
+    return Project(paths, models, toolchains, load_settings(root), broken=broken)
 
 
-def _load_declarations(paths: ProjectPaths, root: Path,
-                       ) -> tuple[dict[str, ModelSpec], dict[str, ToolchainSpec]]:
+def _load_declarations(paths: ProjectPaths, root: Path, strict: bool) -> Declarations:
     toolchains = {p.stem: load_toolchain(p, root) for p in sorted(paths.toolchains.glob("*.toml"))}
     if "host" not in toolchains:
         raise SpecError("toolchain/host.toml", "", "missing: the embedded default toolchain")
-    models = {}
+    models, broken = {}, {}
     for path in sorted(paths.models.glob("*.toml")):
-        model = load_model(path, root, set(toolchains))
-        models[model.name] = _with_lock(model, path.with_suffix(".lock.json"), root)
-    return models, toolchains
+        try:
+            model = load_model(path, root, set(toolchains))
+            models[model.name] = _with_lock(model, path.with_suffix(".lock.json"), root)
+        except SpecError as exc:
+            if strict:
+                raise
+            broken[path.stem] = str(exc)
+    return models, toolchains, broken
 
 
 def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:
@@ -113,3 +124,14 @@ def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:
     if not COMMIT_RE.match(str(revision)):
         raise SpecError(shown, "revision", "a 40-hex commit hash")
     return replace(model, source=replace(src, revision=revision, files=dict(files)))
+
+
+def find_root(start: Path) -> Path:
+    """The project a command run in `start` (or any folder under it) means: the nearest
+    folder up the tree with a dodo.py and a models/ folder."""
+    start = start.absolute()
+    for folder in (start, *start.parents):
+        if (folder / "dodo.py").is_file() and (folder / "models").is_dir():
+            return folder
+    raise SpecError(str(start), "", "a folder inside a hefbuild project (one with dodo.py and "
+                    "models/)")

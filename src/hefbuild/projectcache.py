@@ -8,7 +8,8 @@ names (file parameters, Dockerfiles: loading checks they exist), and hefbuild's 
 code. Any difference, and the TOML is loaded and checked as before, with the same errors.
 Settings (`hefbuild.toml` and the environment) are read on every invocation.
 
-On disk: `.hefbuild/project.pickle` = (FORMAT, stamp, models, toolchains, named files).
+On disk: `.hefbuild/project.pickle` = (FORMAT, stamp, models, toolchains, broken models,
+named files).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from .plan import plan_model
 from .project import Project, load_project
 
-FORMAT = 1
+FORMAT = 2
 _LOADER_CODE = ("specs.py", "params.py", "pipelines.py", "project.py", "plan.py",
                 "projectcache.py")
 
@@ -52,15 +53,15 @@ def load_project_cached(root: Path, store: Path | None = None) -> Project:
     cache = root / ".hefbuild" / "project.pickle"
     cached = _read(cache)
     if cached is not None:
-        stamp, models, toolchains, named = cached
+        stamp, models, toolchains, broken, named = cached
         stamp_now = declarations_stamp(root, named)
         if stamp == stamp_now:
-            project = load_project(root, store, declarations=(models, toolchains))
+            project = load_project(root, store, declarations=(models, toolchains, broken))
             return replace(project, stamp=stamp_now)
-    project = load_project(root, store)
+    project = load_project(root, store, strict=False)
     named = named_files(project)
     stamp = declarations_stamp(root, named)
-    _write(cache, (FORMAT, stamp, project.models, project.toolchains, named))
+    _write(cache, (FORMAT, stamp, project.models, project.toolchains, project.broken, named))
     return replace(project, stamp=stamp)
 
 
@@ -92,7 +93,7 @@ def _read(cache: Path) -> tuple | None:
             doc = pickle.load(f)
     except Exception:  # noqa: BLE001 - any unreadable cache is a miss
         return None
-    if not isinstance(doc, tuple) or len(doc) != 5 or doc[0] != FORMAT:
+    if not isinstance(doc, tuple) or len(doc) != 6 or doc[0] != FORMAT:
         return None
     return doc[1:]
 

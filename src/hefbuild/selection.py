@@ -18,7 +18,8 @@ import re
 
 _TASK = re.compile(r"^([a-z][a-z0-9_-]*):([A-Za-z0-9][A-Za-z0-9._@-]*)$")
 _COMMANDS = {"run", "list", "info", "help", "forget", "ignore", "clean", "dumpdb", "strace",
-             "tabcompletion", "auto", "reset-dep", "explain", "gc", "store", "cache-key"}
+             "tabcompletion", "auto", "reset-dep", "explain", "gc", "store", "cache-key",
+             "status", "report"}
 
 
 def _value_options() -> tuple[set[str], set[str]]:
@@ -80,3 +81,24 @@ def models_named(argv: list[str], models: set[str], toolchains: set[str]) -> set
             return None  # let doit say the task is unknown, with all tasks to suggest from
         named.add(name)
     return named or None
+
+
+def unknown_task(argv: list[str], known: set[str]) -> str | None:
+    """The one-line error for a task name on a `doit [run]` command line that names no task,
+    with the closest names; None when every word is known (or this is another command)."""
+    import difflib
+
+    words = _positionals(argv)
+    if not words:
+        return None
+    if words[0] in _COMMANDS:
+        if words[0] != "run":
+            return None
+        words = words[1:]
+    for word in words:
+        if word in known:
+            continue
+        close = difflib.get_close_matches(word, sorted(known), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else "; `doit list` shows them"
+        return f"no task '{word}'{hint}"
+    return None

@@ -48,8 +48,25 @@ def fast_path_at(root: str) -> FastPath:
 def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `list` fast
     from .engine import Engine
 
-    return Engine(project_at(root), progress=_to_terminal, actions=actions_at(root),
-                  fast=fast_path_at(root))
+    engine = Engine(project_at(root), progress=_to_terminal, actions=actions_at(root),
+                    fast=fast_path_at(root))
+    engine.stream_logs = verbosity(sys.argv[1:]) >= 2
+    return engine
+
+
+def verbosity(argv: list[str]) -> int:
+    """doit's `-v N` / `--verbosity N` / `-vN` (0 when absent)."""
+    for i, token in enumerate(argv):
+        if token in ("-v", "--verbosity") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif token.startswith("--verbosity="):
+            value = token.split("=", 1)[1]
+        elif token.startswith("-v") and token[2:].isdigit():
+            value = token[2:]
+        else:
+            continue
+        return int(value) if value.isdigit() else 0
+    return 0
 
 
 def _to_terminal(line: str) -> None:

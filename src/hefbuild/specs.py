@@ -197,7 +197,7 @@ def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
     doc = read_toml(path, shown)
     _only_keys(doc, {"model", "source", "stages"}, shown, "")
     model = _table(doc, "model", shown, "model")
-    _only_keys(model, {"target", "toolchain", "description"}, shown, "model")
+    _only_keys(model, {"target", "toolchain", "description", "chat"}, shown, "model")
     target = model.get("target")
     if target not in PIPELINES:
         raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(PIPELINES))
@@ -205,9 +205,12 @@ def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
     toolchain = _toolchain_name(model.get("toolchain", "host"), toolchains, shown,
                                 "model.toolchain")
     source = _load_source(_table(doc, "source", shown, "source"), shown, root)
+    chat = model.get("chat", False)
+    if not isinstance(chat, bool):
+        raise SpecError(shown, "model.chat", f"true or false, got {chat!r}")
     stages, stage_tcs, limits = _load_stages(_table(doc, "stages", shown, "stages"), target,
                                              toolchain if "toolchain" in model else None,
-                                             toolchains, shown, root, path.stem)
+                                             toolchains, shown, root, path.stem, chat)
     return ModelSpec(path.stem, shown, target, toolchain, source, stages, stage_tcs,
                      str(model.get("description", "")), limits)
 
@@ -291,13 +294,17 @@ def _source_lock(value: Any, shown: str) -> str | None:
 
 def _load_stages(
     table: dict[str, Any], target: str, model_tc: str | None, toolchains: set[str],
-    shown: str, root: Path, model: str,
+    shown: str, root: Path, model: str, chat: bool = False,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, StageLimits]]:
     defs = stage_defs(target)
     _only_keys(table, defs, shown, "stages")
     stages, stage_tcs, limits = {}, {}, {}
     for name, sdef in defs.items():
         given = _table(table, name, shown, f"stages.{name}")
+        if "chat" in sdef.params and "chat" not in given:
+            given = {**given, "chat": chat}  # [model] chat: every stage that formats prompts
+        given = {**{k: stages[p.inherit][k] for k, p in sdef.params.items()
+                    if p.inherit in stages and k in stages[p.inherit]}, **given}
         schema = {**sdef.params, **COMMON_STAGE_KEYS}
         resolved = check_params(given, schema, shown, f"stages.{name}", root, model)
         tc = resolved.pop("toolchain") if "toolchain" in resolved else model_tc or sdef.toolchain

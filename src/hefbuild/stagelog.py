@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from .params import parse_size
@@ -70,3 +72,45 @@ def keep_failed_outputs(declared: tuple[str, ...], out: Path, dest: Path) -> lis
         shutil.copyfile(src, dest / rel)
         kept.append(rel)
     return kept
+
+
+class LogFollower:
+    """`doit -v 2`: the running stage's log, line by line as it grows, to the terminal
+    (heartbeats are printed on their own, so they are skipped here)."""
+
+    def __init__(self, path: Path, write: Callable[[str], None], skip: str,
+                 poll_s: float = 0.2) -> None:
+        self.path, self.write, self.skip, self.poll_s = path, write, skip, poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._offset = 0
+        self._partial = b""
+
+    def __enter__(self) -> LogFollower:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._drain(final=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self._drain()
+
+    def _drain(self, final: bool = False) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = b"" if final else lines.pop()
+        for raw in lines:
+            line = raw.decode(errors="replace").rstrip()
+            if line and not line.startswith(self.skip):
+                self.write(f"   | {line}")

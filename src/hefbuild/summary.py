@@ -65,6 +65,20 @@ def check_verdict(root: Path, task: str, failed: bool = False) -> str:
     return f"{task}: {verdict}, {_gated_figures(report)}; {rel}"
 
 
+def check_figures(root: Path, task: str) -> dict[str, Any]:
+    """A verify result's headline figures, for its event (the report's history)."""
+    if not task.startswith("verify:"):
+        return {}
+    report = read_json(root / "build" / task.split(":", 1)[1] / "verify" / "report.json")
+    if report is None:
+        return {}
+    keys = ("passed", "mean_agreement", "mean_teacher_forced_agreement", "mean_logit_cosine")
+    figures = {k: report[k] for k in keys if k in report}
+    if (report.get("device") or {}).get("fake"):
+        figures["fake"] = True
+    return figures
+
+
 def _gated_figures(report: dict[str, Any]) -> str:
     prompts = len(report.get("prompts", []))
     if report.get("gate") == "teacher_forced":

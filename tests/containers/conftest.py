@@ -1,6 +1,7 @@
 """Container tests against the real Docker engine that `.ci/docker-up` installs and starts.
 
-The engine: DOCKER_HOST, else the socket docker-up creates. No engine, SDK or base image means
+The engine: found as the code finds it (`docker_endpoint`: DOCKER_HOST, else the current
+docker context, which `.ci/docker-up` sets). No engine, SDK or base image means
 a skip on a developer machine and a failure when CI=true: CI must never skip these silently.
 
 The folder is not called `docker`: tests/conftest.py puts tests/ on sys.path, and a package
@@ -20,7 +21,6 @@ from typing import Any, NoReturn
 
 import pytest
 
-DOCKER_UP_SOCK = "/run/hefbuild-docker/docker.sock"
 BUSYBOX_IMAGE = "hefbuild-test/busybox:1"
 PYTHON_IMAGE = "hefbuild-test/python3:bookworm"
 # Every container and image the tests create carries this session's label or tag prefix.
@@ -37,12 +37,11 @@ def unavailable(reason: str) -> NoReturn:
 
 
 def docker_host() -> str | None:
-    """DOCKER_HOST if set, else docker-up's socket if it exists, else the SDK's default."""
-    if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
-    if Path(DOCKER_UP_SOCK).is_socket():
-        return f"unix://{DOCKER_UP_SOCK}"
-    return None
+    """The engine exactly as the code finds it (DOCKER_HOST, the current docker context that
+    `.ci/docker-up` selects, or the SDK's default socket)."""
+    from hefbuild.executors.docker import docker_endpoint
+
+    return docker_endpoint()
 
 
 @pytest.fixture(scope="session")

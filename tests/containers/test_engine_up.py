@@ -87,3 +87,34 @@ def test_no_container_is_left_behind(docker_client, session_label):
     # Last in this file: every run above has removed its container.
     left = docker_client.containers.list(all=True, filters={"label": session_label})
     assert left == []
+
+
+def test_the_code_finds_the_engine_without_docker_host(docker_client, monkeypatch):
+    """A Quick start machine has the engine as its current docker context and no
+    DOCKER_HOST exported: the executor must reach the engine the tests use."""
+    from hefbuild.executors.docker import connect
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    assert connect().info()["ID"] == docker_client.info()["ID"]
+
+
+def test_a_docker_context_names_the_endpoint(tmp_path: Path, monkeypatch):
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from hefbuild.executors.docker import docker_endpoint
+
+    cli = shutil.which("docker")
+    if cli is None:
+        pytest.skip("the docker CLI is not installed (apt-get install docker.io)")
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_CONFIG": str(tmp_path), "HOME": str(tmp_path)}
+    for argv in (["context", "create", "elsewhere", "--docker", "host=unix:///tmp/x.sock"],
+                 ["context", "use", "elsewhere"]):
+        subprocess.run([cli, *argv], env=env, check=True, capture_output=True, timeout=30)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    assert docker_endpoint() == "unix:///tmp/x.sock"
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
+    assert docker_endpoint() == "tcp://127.0.0.1:2375"  # DOCKER_HOST wins, as for the CLI

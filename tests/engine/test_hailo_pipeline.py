@@ -15,8 +15,9 @@ from hefbuild.project import load_project
 from .helpers import HOST_TOML, REPO, edit
 
 MODEL = "tiny-hailo"
-STAGES = ("fetch", "export", "parse", "resources", "optimize", "compile", "reference",
-          "verify")
+# In an order doit could run them: compile waits for fidelity (`after`), which reads reference.
+STAGES = ("fetch", "export", "parse", "resources", "optimize", "reference", "fidelity",
+          "compile", "verify")
 TASKS = tuple(f"{s}:{MODEL}" for s in STAGES)
 RULES = ("fetch.py", *(f"hailo/{s}.py" for s in STAGES[1:]))
 MODEL_TOML = """\
@@ -79,11 +80,20 @@ def test_compile_parameter_reruns_compile_and_verify(hailo_root, store):
     assert ran == ["compile", "verify"]
 
 
-def test_recipe_edit_reruns_optimize_and_compile_only_downstream(hailo_root, store):
+def test_recipe_edit_reruns_optimize_and_what_reads_it(hailo_root, store):
     recipe = hailo_root / "rules/hailo/recipes/optimize.alls"
     ran = rebuilt_after(hailo_root, store, lambda: recipe.write_text(
         recipe.read_text() + "post_quantization_optimization(finetune, policy=disabled)\n"))
-    assert ran == ["optimize", "compile", "verify"]
+    assert ran == ["optimize", "fidelity", "compile", "verify"]
+
+
+def test_fidelity_threshold_reruns_fidelity_and_not_compile(hailo_root, store):
+    """compile runs after fidelity but does not read it: the gate's figures and thresholds
+    never enter compile's key."""
+    model = hailo_root / "models" / f"{MODEL}.toml"
+    ran = rebuilt_after(hailo_root, store, lambda: model.write_text(
+        model.read_text() + "\n[stages.fidelity]\nmin_prefill_cosine = 0.5\n"))
+    assert ran == ["fidelity"]
 
 
 def test_compile_script_edit_reruns_compile(hailo_root, store):

@@ -170,3 +170,25 @@ def test_device_logs_are_shown_and_the_first_check_line_returned(capsys):
     assert v.fetch_device_logs(dev) == "[nnc] CHECK failed: cluster 3"
     out = capsys.readouterr().out
     assert "== hailortcli logs runtime" in out and "== /r/run/hailort.log" in out
+
+
+def test_a_device_divergence_at_a_float32_near_tie_is_labelled_so():
+    ref = {"prompt": "a", "formatted": "<s>a", "prompt_ids": [1, 7], "token_ids": [1, 2, 3, 4],
+           "margins": [3.0, 0.2, 2.5, 4.0], "text": "abcd"}
+    near = v.compare_prompt(ref, {"token_ids": [1, 9, 3, 4], "text": "aicd"}, 0.5)
+    assert (near["first_divergence"], near["first_divergence_margin"], near["near_tie"]) == \
+        (1, 0.2, True)
+    far = v.compare_prompt(ref, {"token_ids": [1, 2, 9, 4], "text": "abid"}, 0.5)
+    assert (far["first_divergence_margin"], far["near_tie"]) == (2.5, False)
+    assert (far["sent"], far["prompt_ids"]) == ("<s>a", [1, 7])  # recorded as sent
+    strict = v.compare_prompt(ref, {"token_ids": [1, 2, 9, 4], "text": "abid"}, 0.5,
+                              near_tie=3.0)
+    assert strict["near_tie"] is True
+
+
+def test_the_summary_without_a_prefill_check_prints_the_prompts(capsys):
+    rows = [{"passed": True, "agreement": 1.0, "first_divergence": None, "prompt": "a",
+             "reference_text": "x", "device_text": "x", "reason": "ok"}]
+    v.summarize(rows, None, fake=False)  # prefill_check = false: no prefill figures
+    out = capsys.readouterr().out
+    assert "1/1 prompts passed" in out and "prefill" not in out

@@ -41,6 +41,19 @@ def test_given_values_override_defaults(model):
     assert m.stages["quantize"]["per_channel"] is True
 
 
+def test_model_chat_reaches_every_stage_that_formats_prompts(model, load):
+    assert model(SYNTHETIC).stages["verify"]["chat"] is False
+    chat = SYNTHETIC.replace('target = "cpu-ort"', 'target = "cpu-ort"\nchat = true')
+    m = model(chat)
+    assert m.stages["verify"]["chat"] is True
+    assert all("chat" not in m.stages[s] for s in ("fetch", "export", "quantize", "compile"))
+    own = model(chat + "\n[stages.verify]\nchat = false\n")  # a stage may say otherwise
+    assert own.stages["verify"]["chat"] is False
+    message = spec_error(load, SYNTHETIC.replace('target = "cpu-ort"',
+                                                 'target = "cpu-ort"\nchat = "yes"'))
+    assert message == "models/m.toml: model.chat: true or false, got 'yes'"
+
+
 def test_int_for_float_is_normalized(model):
     one = model(SYNTHETIC + "\n[stages.export]\ncosine_min = 1\n").stages["export"]
     one_point_zero = model(SYNTHETIC + "\n[stages.export]\ncosine_min = 1.0\n").stages["export"]
@@ -95,6 +108,7 @@ def test_hailo_stages_default_to_their_toolchain(model, proj):
     assert m.stage_toolchains["optimize"] == "hailo-dfc-5.3.0"
     assert m.stage_toolchains["verify"] == "hailo10h-device"
     assert m.stage_toolchains["reference"] == "host"
+    assert m.stage_toolchains["fidelity"] == "host"  # a CPU emulation: no DFC, no device
 
 
 # -- every bad input: one line naming the file, the key and what was expected -------------
@@ -203,3 +217,20 @@ def test_absolute_file_param_is_refused(load, tmp_path):
     outside.write_text("calibration from elsewhere\n")
     message = spec_error(load, SYNTHETIC + f'\n[stages.quantize]\ncalibration = "{outside}"\n')
     assert "stages.quantize.calibration" in message
+
+
+def test_fidelity_calibrates_on_optimize_rows_unless_told_otherwise(model, proj):
+    for name in ("hailo-dfc-5.3.0", "hailo10h-device"):
+        (proj / "toolchain" / f"{name}.toml").write_text('[toolchain]\nkind = "host"\n')
+    recipes = proj / "rules" / "hailo" / "recipes"
+    recipes.mkdir(parents=True)
+    for name in ("optimize.alls", "compile.alls"):
+        (recipes / name).write_text("# recipe\n")
+    hailo = SYNTHETIC.replace('target = "cpu-ort"', 'target = "hailo10h"')
+    m = model(hailo + "\n[stages.optimize]\ncalibration_size = 8\ncalibration_seed = 3\n")
+    assert (m.stages["fidelity"]["calibration_size"], m.stages["fidelity"]["calibration_seed"]) \
+        == (8, 3)
+    own = model(hailo + "\n[stages.optimize]\ncalibration_size = 8\n"
+                "\n[stages.fidelity]\ncalibration_size = 4\n")
+    assert (own.stages["optimize"]["calibration_size"],
+            own.stages["fidelity"]["calibration_size"]) == (8, 4)

@@ -1,38 +1,68 @@
-"""`doit explain TASK...`: why each task would run, or that it is up to date."""
+"""`doit explain TASK...`: why each task would run, or that it is up to date.
+
+A TASK is a stage task (`export:tiny-llama`), an alias (`hef:smollm2`: its compile), or a
+group (`verify`: every model's). Works from any folder of the project: it needs no dodo.py
+loaded, only the project it finds up the tree.
+"""
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 
-from doit.cmd_base import DoitCmdBase
-from doit.exceptions import InvalidCommand
+from doit.cmd_base import Command
 
 from ..errors import HefbuildError
 
 
-class Explain(DoitCmdBase):
+class Explain(Command):
     name = "explain"
     doc_purpose = "say why a hefbuild task would run (what changed since its last build)"
-    doc_usage = "TASK [TASK ...]"
+    doc_usage = "TASK [TASK ...]   (a stage task, hef:<model>, or a group such as verify)"
     doc_description = None
     cmd_options = ()
 
-    def _execute(self, pos_args: list[str] | None = None) -> int:
+    def execute(self, opt_values: dict, pos_args: list[str]) -> int:
         from ..explain import explain_task
+        from ..project import find_root
         from ..session import engine_for
 
         if not pos_args:
-            raise InvalidCommand("explain needs at least one task name, e.g. verify:tiny-llama")
-        # doit has changed into the dodo.py folder by now: that is the project root.
-        engine = engine_for(str(Path.cwd().absolute()))
-        for task in pos_args:
-            if task not in engine.actions:
-                raise InvalidCommand(f"'{task}' is not a hefbuild stage task (see `doit list`)")
+            print("ERROR: explain needs at least one task name, e.g. verify:tiny-llama",
+                  file=sys.stderr)
+            return 3
+        try:
+            engine = engine_for(str(find_root(Path.cwd())))
+        except HefbuildError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return 3
+        tasks = []
+        for name in pos_args:
+            found = resolve(name, list(engine.actions))
+            if isinstance(found, str):
+                print(f"ERROR: {found}", file=sys.stderr)
+                return 3
+            tasks += found
+        for task in tasks:
             try:
                 lines = explain_task(engine, task)
             except HefbuildError as exc:
                 lines = [f"{task}: would fail: {exc}"]
-            self.outstream.write("\n".join(lines) + "\n")
-        sys.stdout.flush()
+            print("\n".join(lines))
         return 0
+
+
+def resolve(name: str, known: list[str]) -> list[str] | str:
+    """The stage tasks a name means, or the one-line reason it means none."""
+    if name in known:
+        return [name]
+    if name.startswith("hef:") and f"compile:{name[4:]}" in known:
+        return [f"compile:{name[4:]}"]
+    group = [t for t in known if t.split(":", 1)[0] == name]
+    if group:
+        return group
+    close = difflib.get_close_matches(name, known + sorted({t.split(':')[0] for t in known}),
+                                      n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else " (see `doit list`)"
+    return f"'{name}' is not a hefbuild stage task, alias or group{hint}"

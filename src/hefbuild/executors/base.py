@@ -34,6 +34,10 @@ class Watch:
     interval_s: float = 60.0
     silence_s: float = 900.0
     emit: Callable[[dict[str, Any]], None] | None = None
+    # How long comparable earlier builds took (their median), and how many there were:
+    # the heartbeat gives an ETA and calls out a stage running far longer (hefbuild.history).
+    usual_s: float | None = None
+    usual_builds: int = 0
 
 
 @dataclass(frozen=True)

@@ -38,17 +38,37 @@ PID_NS = "hefbuild.owner_pidns"  # a pid means something only in its pid namespa
 UNKNOWN = "?"  # the start time of a process that exists but may not be inspected
 
 
+def docker_endpoint() -> str | None:
+    """Where the Docker engine is, found as the docker CLI finds it: DOCKER_HOST, else the
+    current docker context (`docker context use`, DOCKER_CONTEXT), else None: the SDK's
+    default socket. Tests find the engine through this same function."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    try:
+        from docker.context import ContextAPI
+
+        context = ContextAPI.get_context(os.environ.get("DOCKER_CONTEXT")) \
+            if os.environ.get("DOCKER_CONTEXT") else ContextAPI.get_current_context()
+    except Exception:  # noqa: BLE001 - an unreadable docker config: fall back to the default
+        return None
+    if context is None or context.Name == "default":
+        return None
+    return context.Host
+
+
 def connect() -> Any:
-    """A docker client from DOCKER_HOST (or the default socket), or a one-line error."""
+    """A docker client for `docker_endpoint()`, or a one-line error."""
     try:
         import docker
     except ImportError as exc:
         raise StageError("docker toolchains need the docker SDK: pip install docker") from exc
+    endpoint = docker_endpoint()
     try:
-        client = docker.from_env()
+        client = docker.from_env(environment={**os.environ, "DOCKER_HOST": endpoint}
+                                 if endpoint else None)
         client.ping()
     except Exception as exc:  # the SDK raises requests/urllib3/docker errors alike
-        where = os.environ.get("DOCKER_HOST", "the default socket")
+        where = endpoint or "the default socket"
         raise StageError(f"no Docker engine answers at {where}: {str(exc)[:160]}") from exc
     return client
 

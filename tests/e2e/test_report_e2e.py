@@ -1,0 +1,65 @@
+"""`doit report` and build/trace.json after real doit runs of the tiny cpu-ort model."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+import pytest
+from report.browser import ARTIFACTS, check_picture, chromium_or_skip, dump_dom, screenshot
+
+from .conftest import Project, tiny_tasks
+
+pytestmark = pytest.mark.e2e
+STAGES = ("fetch", "export", "quantize", "compile", "verify")
+
+
+def report_of(project: Project) -> str:
+    run = project.doit("report")
+    assert run.returncode == 0, run.stdout + run.stderr
+    page = project.root / "build/report/index.html"
+    assert run.stdout.strip() == str(page)
+    return page.read_text()
+
+
+def test_doit_report_shows_the_chain_and_the_check(project: Project):
+    page = report_of(project)
+    for stage in STAGES:
+        assert f'<tr data-stage="{stage}"><td>{stage}</td>' in page
+        key = project.manifest(f"{stage}:tiny-llama")["key"]
+        assert key[:12] in page
+    report = json.loads((project.root / "build/tiny-llama/verify/report.json").read_text())
+    assert f"{report['mean_teacher_forced_agreement']:.3f} (minimum" in page
+    for row in report["prompts"]:
+        assert escape(row["prompt"]) in page
+        assert escape(row["candidate_text"]) in page and escape(row["reference_text"]) in page
+        assert f"{row['teacher_forced_agreement']:.3f}" in page
+    assert "http://" not in page and "https://" not in page
+
+
+def test_each_invocation_leaves_its_trace(project: Project):
+    trace = json.loads((project.root / "build/trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    # The fixture's last invocation restored the whole chain into a fresh build/.
+    assert {e["name"] for e in spans} == tiny_tasks()
+    assert {e["args"]["outcome"] for e in spans} == {"restored"}
+    assert all(e["dur"] == round(e["args"]["seconds"] * 1e6) for e in spans)
+    again = project.doit("verify:tiny-llama")
+    assert again.returncode == 0
+    trace = json.loads((project.root / "build/trace.json").read_text())
+    assert [e for e in trace["traceEvents"] if e["ph"] == "X"] == []  # nothing ran
+    (done,) = [e for e in trace["traceEvents"] if e["ph"] == "i"]
+    assert set(done["args"]["tasks"]) == tiny_tasks()
+    kept = json.loads((project.root / "build/trace.1.json").read_text())
+    assert {e["name"] for e in kept["traceEvents"] if e["ph"] == "X"} == tiny_tasks()
+
+
+def test_the_report_of_a_real_build_in_a_browser(project: Project, tmp_path):
+    browser = chromium_or_skip()
+    report_of(project)
+    page = project.root / "build/report/index.html"
+    dom = dump_dom(browser, tmp_path / "profile", page)
+    report = json.loads((project.root / "build/tiny-llama/verify/report.json").read_text())
+    assert f"{report['mean_teacher_forced_agreement']:.3f}" in dom
+    assert all(f'data-stage="{s}"' in dom for s in STAGES)
+    check_picture(screenshot(browser, tmp_path / "profile", page, ARTIFACTS / "report-e2e.png"))

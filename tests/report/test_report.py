@@ -1,0 +1,214 @@
+"""The build report from a hand-written build/: what it gathers and the page it writes."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import escape
+
+import pytest
+
+from hefbuild.report import (
+    HISTORY,
+    CheckKind,
+    StageState,
+    build_report,
+    invocations,
+    last_outcomes,
+    merge_history,
+    snapshot,
+    write_report,
+)
+from hefbuild.report_html import render
+
+from .samples import (
+    CHAINS,
+    DEVICE_AGREEMENT,
+    FREE_FIRST,
+    HOSTILE,
+    TF_FIRST,
+    TF_SECOND,
+    events,
+    key,
+    write_build,
+)
+
+
+@pytest.fixture
+def report(tmp_path):
+    root = write_build(tmp_path)
+    return build_report(snapshot(root, CHAINS), CHAINS, "proj", "2026-01-01T00:00:00Z")
+
+
+def models(report):
+    return {m.name: m for m in report.models}
+
+
+def section(page: str, model: str) -> str:
+    start = page.index(f'<section class="model" id="model-{model}"')
+    return page[start:page.index("</section>", start)]
+
+
+def test_each_stage_shows_its_manifest_and_its_last_run(report):
+    stages = {s.name: s for s in models(report)["tiny-llama"].stages}
+    assert list(stages) == ["fetch", "export", "quantize", "compile", "verify"]
+    export = stages["export"]
+    assert export.state is StageState.RESTORED and export.key == key(2)
+    assert export.seconds == 3.0 and export.peak_mb == 112.5
+    assert export.last_run == "restored"  # its last line in the last invocation
+    assert stages["verify"].last_run == "uptodate"  # named by the last summary
+
+
+def test_a_model_without_anything_in_build_is_only_named(report):
+    assert report.unbuilt == ("never",)
+    hailo = {s.name: s.state for s in models(report)["tiny-hailo"].stages}
+    assert hailo["verify"] is StageState.BUILT and hailo["parse"] is StageState.MISSING
+
+
+def test_a_failed_verify_is_shown_from_its_failed_folder(report):
+    broken = models(report)["broken"]
+    verify = next(s for s in broken.stages if s.name == "verify")
+    assert verify.state is StageState.FAILED and verify.key == key(30)
+    assert verify.log == "build/broken/verify.failed.log" and "gate failed" in verify.error
+    (check,) = broken.checks
+    assert check.failed_run and check.passed is False and check.key == key(30)
+    assert check.path == "build/broken/verify.failed/report.json"
+    page = section(render(report), "broken")
+    assert "The last run of verify FAILED" in page and "verify.failed/report.json" in page
+    assert "badge fail" in page
+    assert f"{TF_FIRST:.3f}" in page  # its figures are shown all the same
+
+
+def test_the_cpu_check_figures_per_prompt(report):
+    (check,) = models(report)["tiny-llama"].checks
+    assert check.kind is CheckKind.CPU_ORT and check.threshold == 0.9
+    first = check.prompts[0]
+    assert (first.teacher_forced, first.agreement, first.first_divergence) == \
+        (TF_FIRST, FREE_FIRST, 3)
+    assert first.generated_text == " there was a dog."
+    page = section(render(report), "tiny-llama")
+    assert f"{TF_FIRST:.3f}" in page and f"{FREE_FIRST:.3f}" in page and f"{TF_SECOND:.3f}" in page
+    assert "<svg" in page and "gate 0.9" in page
+    assert "there was a fox." in page and "there was a dog." in page
+
+
+def test_the_test_double_is_never_shown_as_a_device(report):
+    checks = {c.stage: c for c in models(report)["tiny-hailo"].checks}
+    assert checks["verify"].kind is CheckKind.DEVICE and checks["verify"].fake_device
+    page = section(render(report), "tiny-hailo")
+    assert "TEST DOUBLE answered this check" in page and "NOT from a Hailo-10H device" in page
+    assert "a Hailo-10H device</dd>" not in page
+    assert "passed on the TEST DOUBLE, not a device" in page  # the badge, also in the header
+    assert f"{DEVICE_AGREEMENT:.3f}" in page and " in a box" in page
+
+
+def test_fidelity_is_labelled_an_estimate(report):
+    checks = {c.stage: c for c in models(report)["tiny-hailo"].checks}
+    assert checks["fidelity"].kind is CheckKind.FIDELITY
+    page = section(render(report), "tiny-hailo")
+    assert "CPU emulation estimate of the recipe (not the chip)" in page
+    assert "An estimate: ONNX Runtime emulating" in page
+
+
+def test_text_from_a_build_is_escaped(report):
+    page = render(report)
+    assert HOSTILE not in page and "<script" not in page and "<b>bold" not in page
+    assert escape(HOSTILE) in page
+
+
+def test_the_page_names_no_network_resource(report):
+    page = render(report)
+    assert not re.search(r"https?:|//[a-z]", page, re.IGNORECASE), "a URL in the page"
+    assert not re.search(r"<(script|link|img|iframe|object|embed)\b|@import|url\(", page)
+    hrefs = re.findall(r'href="([^"]*)"', page)
+    assert hrefs and all(h.startswith(("#", "../")) for h in hrefs), hrefs
+
+
+def test_stage_history_comes_from_the_event_logs(report):
+    history = {h.stage: h for h in models(report)["tiny-llama"].history}
+    export = history["export"]
+    assert [r.seconds for r in export.runs] == [3.0, 7.5] and export.reused == 1
+    assert [r.key for r in export.runs] == [key(2), key(9)]
+    broken = {h.stage: h for h in models(report)["broken"].history}
+    assert [r.outcome for r in broken["verify"].runs] == ["failed"]
+
+
+def test_invocations_and_last_outcomes():
+    groups = invocations(events())
+    assert len(groups) == 2 and all("summary" in g[-1] for g in groups)
+    last = last_outcomes(events())
+    assert last["export:tiny-llama"] == "restored" and last["fetch:tiny-llama"] == "uptodate"
+    assert last["fetch:broken"] == "built"  # not named since its build
+
+
+def test_history_is_appended_once_per_result(tmp_path):
+    root = write_build(tmp_path)
+    write_report(root, CHAINS)
+    first = (root / HISTORY).read_text().splitlines()
+    write_report(root, CHAINS)
+    assert (root / HISTORY).read_text().splitlines() == first  # same results: no new lines
+    rows = [json.loads(line) for line in first]
+    by_model = {r["model"]: r for r in rows if r["check"] == "verify"}
+    assert by_model["tiny-llama"]["key"] == key(5)
+    assert by_model["tiny-llama"]["mean_teacher_forced"] == 0.953
+    assert by_model["tiny-hailo"]["fake"] is True and by_model["broken"]["passed"] is False
+
+
+def test_merge_history_keeps_one_row_per_model_check_and_key():
+    old = [{"model": "m", "check": "verify", "key": "a", "time": "1"}]
+    current = [{"model": "m", "check": "verify", "key": "a", "time": "2"},
+               {"model": "m", "check": "verify", "key": "b", "time": "3"}]
+    merged, new = merge_history(old, current)
+    assert [r["key"] for r in merged] == ["a", "b"] and [r["time"] for r in new] == ["3"]
+
+
+def test_the_agreement_over_time_is_plotted_from_the_history(tmp_path):
+    root = write_build(tmp_path)
+    older = {"model": "tiny-llama", "check": "verify", "key": key(99), "mean_agreement": 0.5,
+             "mean_teacher_forced": 0.91, "passed": True, "fake": False,
+             "time": "2025-01-01T00:00:00Z"}
+    (root / HISTORY).parent.mkdir(parents=True)
+    (root / HISTORY).write_text(json.dumps(older) + "\n")
+    page = write_report(root, CHAINS).read_text()
+    points = models(build_report(snapshot(root, CHAINS), CHAINS))["tiny-llama"].agreement
+    assert [p.key for p in points] == [key(99), key(5)]  # oldest first
+    assert "agreement over time" in section(page, "tiny-llama")
+    assert "2025-01-01T00:00:00Z" in page
+
+
+def test_the_page_is_written_whole(tmp_path):
+    root = write_build(tmp_path)
+    out = write_report(root, CHAINS)
+    assert out == root / "build/report/index.html"
+    assert out.read_text().rstrip().endswith("</html>")
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_stage_that_runs_now_is_shown_running(tmp_path):
+    root = write_build(tmp_path)
+    (root / "build/tiny-llama/quantize.running.log").write_text("working\n")
+    with open(root / "build/events.jsonl", "a") as f:
+        f.write(json.dumps({"task": "quantize:tiny-llama", "key": key(7),
+                            "heartbeat": {"rss_mb": 640.0}, "time": "t"}) + "\n")
+    report = build_report(snapshot(root, CHAINS), CHAINS)
+    quantize = next(s for s in models(report)["tiny-llama"].stages if s.name == "quantize")
+    assert quantize.state is StageState.RUNNING and quantize.key == key(7)
+    assert quantize.peak_mb == 640.0 and quantize.log == "build/tiny-llama/quantize.running.log"
+
+
+def test_a_project_never_built_gets_a_page_naming_its_models(tmp_path):
+    report = build_report(snapshot(tmp_path, CHAINS), CHAINS)
+    assert report.models == () and set(report.unbuilt) == set(CHAINS)
+    page = render(report)
+    assert "no invocation yet" in page and "Not built: " in page
+
+
+def test_a_long_history_plots_its_last_builds():
+    from hefbuild.report import PLOTTED, stage_history
+
+    from .samples import T0, event
+
+    lines = [event("export:m", i, "built", float(i), T0 + i) for i in range(PLOTTED + 40)]
+    history = stage_history("export", lines)
+    assert history.builds == PLOTTED + 40 and len(history.runs) == PLOTTED
+    assert history.runs[-1].seconds == PLOTTED + 39

@@ -1,0 +1,368 @@
+"""rules/hailo/fidelity.py on the tiny hailo Llama, run as the engine runs rules: fetch,
+export and reference for real, parse/resources/optimize with the DFC test double (its HAR is
+FAKE, but model_script.alls is rendered by our own optimize, so fidelity reads a real
+script), then fidelity. Plus the pure helpers: the script's precision lines, the HN mapping,
+the bits of each tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "rules"))
+sys.path.insert(0, str(REPO / "rules" / "hailo"))
+
+import fidelity as fid  # noqa: E402
+from common import hailo_precision as hp  # noqa: E402
+from common import qdq_emulation as qe  # noqa: E402
+from common.action import Action  # noqa: E402
+from common.hailo_calibration import calibration_rows  # noqa: E402
+
+from hefbuild.pipelines import stage_defs  # noqa: E402
+from hefbuild.specs import load_model  # noqa: E402
+
+np = pytest.importorskip("numpy")
+onnx = pytest.importorskip("onnx")
+
+MODEL = "tiny-hailo-llama"
+DEFS = stage_defs("hailo10h")
+TOOLCHAINS = {p.stem for p in (REPO / "toolchain").glob("*.toml")}
+DFC_STAGES = ("parse", "resources", "optimize")
+RECIPE = REPO / "rules" / "hailo" / "recipes" / "optimize.alls"
+PROJECTIONS = 15  # 7 per layer, 2 layers, one lm_head shard
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+    out: Path
+
+    @property
+    def last_line(self) -> str:
+        lines = self.stderr.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def report(self) -> dict[str, Any]:
+        return json.loads((self.out / "fidelity.json").read_text())
+
+
+class Chain:
+    """Each stage's outputs in <root>/<stage>/out, as the engine mounts upstream folders."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.runs = root, 0
+        self.spec = load_model(REPO / "tests" / "hailo_models" / f"{MODEL}.toml", REPO,
+                               TOOLCHAINS)
+        self.dirs: dict[str, Path] = {}
+
+    def params(self, stage: str, extra: dict[str, Any] | None) -> dict[str, Any]:
+        defaults = {k: p.default for k, p in DEFS[stage].params.items()
+                    if p.type.name != "FILE"}
+        return {**defaults, **self.spec.stages.get(stage, {}), **(extra or {})}
+
+    def files(self, stage: str, extra: dict[str, Path] | None) -> dict[str, str]:
+        if stage == "fetch":
+            return {"corpus": str(REPO / self.spec.source.synthetic["corpus"])}
+        found = {k: str(REPO / p.default) for k, p in DEFS[stage].params.items()
+                 if p.type.name == "FILE" and p.when is None}
+        return {**found, **{k: str(v) for k, v in (extra or {}).items()}}
+
+    def run(self, stage: str, params: dict[str, Any] | None = None,
+            files: dict[str, Path] | None = None, inputs: dict[str, Path] | None = None,
+            keep: bool = False) -> Run:
+        self.runs += 1
+        scratch = self.root / f"{self.runs:02d}-{stage}"
+        (scratch / "work").mkdir(parents=True)
+        action = {
+            "format": 1, "model": MODEL, "stage": stage, "target": "hailo10h",
+            "params": self.params(stage, params),
+            "source": {"synthetic": dict(self.spec.source.synthetic)} if stage == "fetch"
+            else {},
+            "inputs": {u: str((inputs or {}).get(u, self.dirs.get(u))) for u in
+                       DEFS[stage].inputs},
+            "files": self.files(stage, files), "out": str(scratch / "out"),
+            "outputs": list(DEFS[stage].outputs),
+        }
+        (scratch / "action.json").write_text(json.dumps(action))
+        paths = [str(REPO / "rules")]
+        if stage in DFC_STAGES:
+            paths.append(str(REPO / "tests" / "fakes"))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.root),
+               "PYTHONPATH": os.pathsep.join(paths), "PYTHONHASHSEED": "0",
+               "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+               "HF_HUB_OFFLINE": "1", "NPY_PROMOTION_STATE": "legacy",
+               "CUDA_VISIBLE_DEVICES": "0" if stage in DFC_STAGES else "",
+               "FAKE_DFC_CALLS": str(scratch / "calls.jsonl")}
+        done = subprocess.run([sys.executable, str(REPO / "rules" / DEFS[stage].rule),
+                               str(scratch / "action.json")], cwd=scratch / "work", env=env,
+                              capture_output=True, text=True, timeout=600)
+        run = Run(done.returncode, done.stdout, done.stderr, scratch / "out")
+        if keep:
+            assert run.code == 0, f"{stage} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            self.dirs[stage] = run.out
+        return run
+
+    def optimize(self, recipe: str, name: str) -> Path:
+        path = self.root / f"{name}.alls"
+        path.write_text(recipe)
+        run = self.run("optimize", files={"recipe": path})
+        assert run.code == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        return run.out
+
+    def fidelity(self, optimize: Path | None = None, **params: Any) -> Run:
+        return self.run("fidelity", params, inputs={"optimize": optimize or self.dirs["optimize"]})
+
+
+def recipe_with(projection_mode: str, embeddings_mode: str = "a16_w16") -> str:
+    text = RECIPE.read_text()
+    text = text.replace("precision_mode=a8_w4", f"precision_mode={projection_mode}")
+    return text.replace("[{embeddings_layer}], precision_mode=a16_w16",
+                        f"[{{embeddings_layer}}], precision_mode={embeddings_mode}")
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    chain = Chain(tmp_path_factory.mktemp("fidelity"))
+    for stage in ("fetch", "export", "reference", *DFC_STAGES):
+        chain.run(stage, keep=True)
+    return chain
+
+
+@pytest.fixture(scope="module")
+def default(chain: Chain) -> Run:
+    run = chain.fidelity()
+    assert run.code == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
+# -- the rule on the tiny model ------------------------------------------------------------
+
+def test_report_says_first_that_it_is_a_cpu_emulation(default: Run) -> None:
+    report = default.report()
+    assert list(report)[:2] == ["kind", "note"]
+    assert report["kind"] == "cpu-emulation"
+    assert "not the Hailo-10H's numerics" in report["note"]
+    assert "ONNX Runtime QDQ" in report["note"]
+
+
+def test_figures_are_in_their_ranges(chain: Chain, default: Run) -> None:
+    report = default.report()
+    rows = report["prompts"]
+    reference = json.loads((chain.dirs["reference"] / "reference.json").read_text())
+    assert [r["prompt"] for r in rows] == [p["prompt"] for p in reference["prompts"]]
+    for r in rows:
+        assert r["positions"] == len(next(p for p in reference["prompts"]
+                                          if p["prompt"] == r["prompt"])["token_ids"])
+        tf, fr = r["teacher_forced"], r["free_running"]
+        assert 0.0 <= tf["agreement"] <= 1.0 and 0.0 <= fr["agreement"] <= 1.0
+        assert -1.0 <= tf["min_cosine"] <= tf["mean_cosine"] <= 1.0
+        assert -1.0 <= r["prefill_cosine"] <= 1.0
+        assert 0.0 <= r["float_graph_agreement"] <= 1.0
+        assert isinstance(fr["degenerate"], bool)
+        if fr["first_divergence"] is not None:
+            assert fr["float_margin"] >= 0.0
+        assert len(r["emulated_ids"]) <= r["positions"]
+    summary = report["summary"]
+    assert summary["prompts_evaluated"] == len(rows)
+    assert summary["worst_teacher_forced"] == min(r["teacher_forced"]["agreement"] for r in rows)
+
+
+def test_the_recipe_precisions_reach_the_qdq_graph(default: Run) -> None:
+    report = default.report()
+    precisions = report["precisions"]
+    assert precisions["mapping"] == "original_names"
+    assert precisions["input_bits"]["inputs_embeds"] == 16  # the a16_w16 embeddings line
+    assert precisions["input_bits"]["attention_mask"] == 8  # unnamed: the a8_w8 default
+    assert precisions["matmuls"]["a8_w4"] == PROJECTIONS
+    assert precisions["by_kind"]["q_proj"] == {"a8_w4": 2}
+    assert precisions["by_kind"]["lm_head"] == {"a8_w4": 1}
+    assert set(precisions["by_kind"]["other"]) == {"a8_w8"}  # RoPE/repeat helpers, scores
+    assert precisions["unmatched"] == precisions["unmapped"] == precisions["unsupported"] == []
+    assert report["quantized"]["weights"]["int4"] == PROJECTIONS
+    assert "uint16" not in report["quantized"]["activations"]
+
+
+def test_a16_w16_gives_a_closer_model_than_a8_w4(chain: Chain, default: Run) -> None:
+    gentle = chain.fidelity(chain.optimize(recipe_with("a16_w16"), "gentle"))
+    harsh = chain.fidelity(chain.optimize(recipe_with("a8_w4", "a8_w8"), "harsh"))
+    assert gentle.code == 0 and harsh.code == 0, gentle.stderr + harsh.stderr
+    soft, hard = gentle.report(), harsh.report()
+    assert soft["quantized"]["weights"]["int16"] == PROJECTIONS
+    assert soft["quantized"]["activations"]["uint16"] >= PROJECTIONS
+    assert hard["precisions"]["input_bits"]["inputs_embeds"] == 8
+    for figure in ("mean_logit_cosine", "worst_prefill_cosine"):
+        assert soft["summary"][figure] > hard["summary"][figure], figure
+    assert soft["summary"]["mean_logit_cosine"] > 0.999  # 16 bits: nearly the float model
+    print(f"a16_w16: {soft['summary']}\na8_w4: {hard['summary']}")
+
+
+def test_a_gate_that_is_not_met_fails_in_one_line_after_writing_the_report(
+        chain: Chain, default: Run) -> None:
+    run = chain.fidelity(min_teacher_forced=1.01)
+    assert run.code == 1
+    worst = min(default.report()["prompts"], key=lambda r: r["teacher_forced"]["agreement"])
+    assert re.fullmatch(
+        r"fidelity \(CPU emulation, not the chip\): teacher-forced agreement [0-9.]+ < "
+        rf"min_teacher_forced 1\.01 on prompt {re.escape(repr(worst['prompt']))}; the full "
+        r"report is printed in the log", run.last_line), run.last_line
+    assert (run.out / "fidelity.json").read_bytes() == (default.out / "fidelity.json").read_bytes()
+    assert '"kind": "cpu-emulation"' in run.stdout  # the log holds the report too
+    achieved = default.report()["summary"]["worst_prefill_cosine"]
+    cosine = chain.fidelity(min_prefill_cosine=min(1.0, achieved + 1e-4))
+    assert cosine.code == 1 and "prefill cosine" in cosine.last_line
+    assert "min_prefill_cosine" in cosine.last_line
+
+
+def test_a_gate_that_is_met_passes_and_leaves_the_same_bytes(chain: Chain, default: Run) -> None:
+    summary = default.report()["summary"]
+    run = chain.fidelity(min_teacher_forced=summary["worst_teacher_forced"],
+                         min_prefill_cosine=summary["worst_prefill_cosine"])
+    assert run.code == 0, run.stderr
+    assert (run.out / "fidelity.json").read_bytes() == (default.out / "fidelity.json").read_bytes()
+
+
+def test_two_runs_write_the_same_bytes(chain: Chain, default: Run) -> None:
+    again = chain.fidelity()
+    assert again.code == 0
+    first = hashlib.sha256((default.out / "fidelity.json").read_bytes()).hexdigest()
+    assert hashlib.sha256((again.out / "fidelity.json").read_bytes()).hexdigest() == first
+    assert str(chain.root) not in (again.out / "fidelity.json").read_text()
+
+
+def test_calibration_rows_are_optimizes(chain: Chain) -> None:
+    """The embeddings fidelity calibrates on are, byte for byte, those optimize gave the DFC."""
+    calls = [json.loads(ln) for ln in (chain.dirs["optimize"].parent / "calls.jsonl")
+             .read_text().splitlines()]
+    given = next(c for c in calls if c["call"] == "optimize")["args"][0]["model/input_layer1"]
+    config = json.loads((chain.dirs["export"] / "run_config.json").read_text())
+    action = Action(MODEL, "fidelity", "hailo10h", chain.params("fidelity", None), {},
+                    {"export": chain.dirs["export"]},
+                    {"calibration": REPO / DEFS["fidelity"].params["calibration"].default},
+                    chain.root / "unused")
+    with np.load(chain.dirs["export"] / "hf_reference.npz") as ref:
+        feeder = fid.Feeder(config, ref["embedding_table"])
+    embeds = np.stack([feeder.feeds(r)["inputs_embeds"] for r in calibration_rows(action, config)])
+    embeds = np.ascontiguousarray(embeds, dtype=np.float32).reshape(given["ndarray"]["shape"])
+    assert hashlib.sha256(embeds.tobytes()).hexdigest() == given["ndarray"]["sha256"]
+
+
+def test_a_calibration_size_unlike_the_scripts_is_reported_or_fails_a_gate(chain: Chain) -> None:
+    report_only = chain.fidelity(calibration_size=8)
+    assert report_only.code == 0
+    assert report_only.report()["calibration"]["matches_model_script"] is False
+    assert "WARNING: fidelity: calibration_size 8 != the model script's calibset_size 32" \
+        in report_only.stdout
+    gated = chain.fidelity(calibration_size=8, min_teacher_forced=0.1)
+    assert gated.code == 1 and "calibset_size 32" in gated.last_line
+
+
+# -- the pure helpers ----------------------------------------------------------------------
+
+SCRIPT = """\
+model_optimization_flavor(optimization_level=0, compression_level=4)
+quantization_param([m/input_layer1], precision_mode=a16_w16)
+quantization_param([m/conv1, m/conv2], precision_mode=a8_w4)
+quantization_param({conv*}, precision_mode=a16_w16, bias_mode=double)
+quantization_param(m/conv2, precision_mode=a8_w4)
+quantization_param([m/conv9], precision_mode=a8_w4)
+quantization_param([m/conv1], precision_mode=a4_w4)
+quantization_param([m/conv1], output_encoding=x)
+"""
+HN = {"layers": {
+    "m/input_layer1": {"type": "input_layer", "original_names": ["x"]},
+    "m/conv1": {"type": "conv", "original_names": ["/q/MatMul"]},
+    "m/conv2": {"type": "conv", "original_names": ["/k/MatMul", "/k/Add"]},
+    "m/norm1": {"type": "normalization", "original_names": ["/norm/Mul"]},
+    "m__prefill/conv1": {"type": "conv", "original_names": ["/q/MatMul"]},
+}}
+
+
+def test_precision_lines_are_read_in_order_later_lines_winning() -> None:
+    lines = hp.parse(SCRIPT)
+    assert [ln.targets for ln in lines] == [("m/input_layer1",), ("m/conv1", "m/conv2"),
+                                           ("conv*",), ("m/conv2",), ("m/conv9",), ("m/conv1",)]
+    assert lines[2].glob and not lines[1].glob
+    assert lines[5].precision is None  # a4 is no activation width of the DFC
+    resolved = hp.resolve(lines, hp.base_layers(HN, "m"), "m")
+    assert {k: p.name for k, p in resolved.layers.items()} == {
+        "m/input_layer1": "a16_w16", "m/conv1": "a16_w16", "m/conv2": "a8_w4"}
+    assert resolved.unmatched == ["m/conv9"]
+    assert resolved.unsupported == ["quantization_param([m/conv1], precision_mode=a4_w4)"]
+
+
+def test_layers_map_by_original_names_else_by_order() -> None:
+    layers = hp.base_layers(HN, "m")
+    assert "m__prefill/conv1" not in layers
+    mapping, how = hp.onnx_names(layers, ["/q/MatMul", "/k/MatMul"], ["x"])
+    assert how == "original_names" and mapping["m/conv2"] == ["/k/MatMul", "/k/Add"]
+    bare = {n: {"type": v["type"]} for n, v in layers.items()}
+    mapping, how = hp.onnx_names(bare, ["/q/MatMul", "/k/MatMul"], ["x"])
+    assert how == "order"
+    assert mapping == {"m/conv1": ["/q/MatMul"], "m/conv2": ["/k/MatMul"],
+                       "m/input_layer1": ["x"]}
+    assert hp.onnx_names(bare, ["/q/MatMul"], ["x"]) == ({}, "none")
+    only_prefill = {"layers": {"m__prefill/conv1": HN["layers"]["m__prefill/conv1"]}}
+    assert list(hp.base_layers(only_prefill, "m")) == ["m/conv1"]
+
+
+def tiny_graph() -> Any:
+    """x -> Mul (a norm) -> MatMul q (W) -> MatMul r (R, shared) ; q also -> MatMul k (R)."""
+    h = onnx.helper
+    f32 = onnx.TensorProto.FLOAT
+    w = onnx.numpy_helper.from_array(np.ones((4, 4), np.float32), "W")
+    r = onnx.numpy_helper.from_array(np.eye(4, dtype=np.float32), "R")
+    nodes = [h.make_node("Mul", ["x", "x"], ["n"], name="/norm/Mul"),
+             h.make_node("MatMul", ["n", "W"], ["q"], name="/q/MatMul"),
+             h.make_node("MatMul", ["q", "R"], ["r"], name="/r/MatMul"),
+             h.make_node("MatMul", ["q", "R"], ["k"], name="/k/MatMul")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", f32, [1, 4])],
+                         [h.make_tensor_value_info("r", f32, [1, 4]),
+                          h.make_tensor_value_info("k", f32, [1, 4])], [w, r])
+    return h.make_model(graph)
+
+
+def test_a_tensor_has_the_bits_of_the_layer_that_writes_it() -> None:
+    graph = qe.matmuls(tiny_graph())
+    assert graph.constant == ["/q/MatMul", "/r/MatMul", "/k/MatMul"]
+    precision = {"/q/MatMul": hp.Precision(16, 16), "/k/MatMul": hp.Precision(8, 4)}
+    acts, weights = qe.tensor_bits(graph, precision, {"x": 16})
+    assert acts == {"n": 8, "q": 16, "r": 8, "k": 8}  # the norm writes at the default a8
+    assert weights == {"W": 16, "R": 4}  # R is shared: the fewest bits any reader asks for
+    norm16 = qe.tensor_bits(graph, {**precision, "/norm/Mul": hp.Precision(16, 16)}, {})[0]
+    assert norm16["n"] == 16
+
+
+def test_input_quantization_is_q_then_dq_over_the_calibrated_range() -> None:
+    quant = qe.InputQuant.of(8, -1.0, 1.0)
+    x = np.linspace(-1, 1, 11, dtype=np.float32)
+    y = quant.apply(x)
+    assert y.dtype == np.float32 and np.max(np.abs(y - x)) <= quant.scale / 2 + 1e-7
+    assert quant.apply(np.zeros(3, np.float32)).tolist() == [0.0, 0.0, 0.0]  # zero is exact
+    mask = qe.InputQuant.of(8, -1.0e4, 0.0)
+    assert mask.apply(np.array([-1.0e4, 0.0], np.float32)).tolist() == [-1.0e4, 0.0]
+    assert np.max(np.abs(qe.InputQuant.of(16, -1.0, 1.0).apply(x) - x)) < 2e-5
+
+
+def test_fidelity_is_declared_between_optimize_and_compile() -> None:
+    fidelity, compile_ = DEFS["fidelity"], DEFS["compile"]
+    assert fidelity.inputs == ("export", "optimize", "reference")
+    assert fidelity.toolchain == "host" and fidelity.outputs == ("fidelity.json",)
+    assert compile_.after == ("fidelity",) and "fidelity" not in compile_.inputs
+    assert fidelity.params["min_teacher_forced"].default == 0.0
+    assert fidelity.params["min_prefill_cosine"].default == -1.0
+    for name in ("calibration", "calibration_size", "calibration_seed"):
+        assert fidelity.params[name].default == DEFS["optimize"].params[name].default
+        assert fidelity.params[name].inherit == "optimize"  # optimize's rows unless told
