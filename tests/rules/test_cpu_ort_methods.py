@@ -69,8 +69,9 @@ class Run:
 
 
 class Chain:
-    def __init__(self, root: Path, model: str) -> None:
+    def __init__(self, root: Path, model: str, source: dict[str, Any] | None = None) -> None:
         self.root, self.model = root, model
+        self.source = source or {"synthetic": MODELS[model]}
         self.runs = 0
 
     def run(self, stage: str, params: dict[str, Any] | None = None,
@@ -82,7 +83,7 @@ class Chain:
         action = {
             "format": 1, "model": self.model, "stage": stage, "target": "cpu-ort",
             "params": {**spec["params"], **(params or {})},
-            "source": {"synthetic": MODELS[self.model]},
+            "source": self.source,
             "inputs": {name: str((inputs or {}).get(name, self.root / "build" / name))
                        for name in spec["inputs"]},
             "files": {k: str(REPO / v) for k, v in FILES.get(stage, {}).items()},
