@@ -116,3 +116,6 @@ def test_a_long_error_line_reaches_the_failure_message_whole(tmp_path):
     stage = _rule_stage(tmp_path, f"import sys\nprint('step')\nsys.exit({line!r})\n", [])
     assert HostExecutor().run_stage(stage).returncode == 1
     assert log_tail(stage.log_path) == line
+    with open(stage.log_path, "a") as log:  # a heartbeat that landed after the error
+        log.write("[hefbuild] heartbeat: 0 s elapsed, 0.2 cores, 10 MiB: OSError: xx\n")
+    assert log_tail(stage.log_path) == line

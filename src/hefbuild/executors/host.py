@@ -191,6 +191,9 @@ def log_tail(path: Path) -> str:
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
     except OSError:
         return "(no log)"
-    lines = [ln for ln in lines if ln]
-    # The whole line: its end is usually the part that says what to do.
+    from .watch import OWN_PREFIX
+
+    # The rule's own last line, not a heartbeat written after it; and the whole line: its
+    # end is usually the part that says what to do.
+    lines = [ln for ln in lines if ln and not ln.startswith(OWN_PREFIX)]
     return lines[-1] if lines else "(no output)"
