@@ -77,7 +77,7 @@ class Engine:
         # itself (ssh or local).
         self._executors: dict[str, Executor] = {}
         if executor is not None:
-            self._executors = dict.fromkeys(("host", "ssh", "local", "docker"), executor)
+            self._executors = dict.fromkeys(("host", "ssh", "local", "docker", "venv"), executor)
         self.progress = progress
         self.stream_logs = False  # `doit -v 2`: each rule's output to the terminal as it runs
         self.events = EventLog(self.paths.build / "events.jsonl")
@@ -351,8 +351,9 @@ class Engine:
         if self.progress is not None:
             self.progress(f"[hefbuild] {action.task}: building (rules/{action.rule}, toolchain "
                           f"{action.toolchain}); log: {running.relative_to(self.paths.root)}")
+        python = self._interpreter(action, tc, running)
         with self.store.scratch() as scratch:
-            stage = replace(self._stage_run(action, key, scratch), log_file=running)
+            stage = replace(self._stage_run(action, key, scratch, python), log_file=running)
             try:
                 with self._follow(running):
                     result = self._executor(tc.kind).run_stage(stage)
@@ -410,7 +411,22 @@ class Engine:
             self.stats.prune()
             self._registered = True
 
-    def _stage_run(self, action: Action, key: ActionKey, scratch: Path) -> StageRun:
+    def _interpreter(self, action: Action, tc: ToolchainSpec, running: Path) -> str:
+        """The python of the stage's rule; a venv toolchain's environment is created on its
+        first use (minutes), said on the terminal and in the stage's log."""
+        if tc.kind != "venv":
+            return interpreter_path(tc)
+
+        def say(message: str) -> None:
+            with open(running, "a") as log:
+                log.write(f"[hefbuild] {message}\n")
+            if self.progress is not None:
+                self.progress(f"[hefbuild] {action.task}: {message}")
+
+        return self.toolchains.venv_python(tc, self.store.root / "venvs", say)
+
+    def _stage_run(self, action: Action, key: ActionKey, scratch: Path,
+                   python: str) -> StageRun:
         from .executors import StageRun
         from .runtime import device_target, stage_limits
         for sub in ("out", "work"):
@@ -425,7 +441,7 @@ class Engine:
         return StageRun(
             sandbox=self._sandboxed(tc), network=network,
             writable=hub_cache_dirs() if network else (),
-            task=action.task, interpreter=interpreter_path(tc), rules_dir=self.paths.rules,
+            task=action.task, interpreter=python, rules_dir=self.paths.rules,
             rule=action.rule, action=rule_action,
             inputs={up: self.paths.root / f"build/{action.model}/{up}" for up in action.upstream},
             files={**{k: self.paths.root / v for k, v in action.file_params.items()},
@@ -445,7 +461,7 @@ class Engine:
 
     def _sandboxed(self, tc: ToolchainSpec) -> bool:
         """Host stages run in bubblewrap unless the project opted out (said once)."""
-        if tc.kind != "host":
+        if tc.kind not in ("host", "venv"):
             return False  # a container is its own sandbox; a device stage reaches a device
         if not self.project.settings.sandbox and not self._said_unsandboxed:
             self._said_unsandboxed = True
@@ -481,11 +497,11 @@ class Engine:
         return fields
 
     def _executor(self, kind: str) -> Executor:
-        if kind in ("host", "ssh", "local") and kind not in self._executors:
+        if kind in ("host", "ssh", "local", "venv") and kind not in self._executors:
             from .executors import HostExecutor  # a device stage's rule runs here too
 
             host = self._executors.get("host") or HostExecutor()
-            self._executors.update({"host": host, "ssh": host, "local": host})
+            self._executors.update({"host": host, "ssh": host, "local": host, "venv": host})
         if kind not in self._executors:
             from .executors.docker import DockerExecutor  # the docker SDK only when needed
 

@@ -45,6 +45,16 @@ MEANING: dict[tuple[str, ...], str] = {
     ("quantize", "weight_type"): "static_qdq/dynamic: weight integer type",
     ("cpu-ort", "compile", "optimization_level"): "ONNX Runtime graph optimization level, "
                                                   "applied offline",
+    ("openvino", "export", "precision"): "how the IR stores its float weights (fp16: "
+                                         "decompressed to f32 at run time)",
+    ("openvino", "compress", "mode"): "NNCF weight compression: int8 per channel, or int4 "
+                                      "groups (sym preferred on the NPU)",
+    ("openvino", "compress", "group_size"): "int4: input channels per group (-1: channel-wise)",
+    ("openvino", "compress", "ratio"): "int4: share of the layers in int4 (the rest int8)",
+    ("openvino", "compile", "device"): "OpenVINO device the blob is compiled for (CPU here; "
+                                       "NPU on Intel Core Ultra)",
+    ("openvino", "verify", "device"): "OpenVINO device GenAI generates on (compile's unless "
+                                      "set)",
     ("verify", "prompts"): "prompts the model is checked on",
     ("verify", "max_new_tokens"): "tokens generated per prompt",
     ("verify", "min_token_agreement"): "free-running greedy token agreement needed (the gate "

@@ -183,10 +183,34 @@ HAILO10H = (
     ),
 )
 
-PIPELINES: dict[str, tuple[StageDef, ...]] = {"cpu-ort": CPU_ORT, "hailo10h": HAILO10H}
+# Intel NPUs through OpenVINO (OPENVINO.md): every stage but fetch runs in the `openvino`
+# toolchain, a venv made from its lock file (its packages conflict with the host's). The
+# compiled blob is the artifact; compile also keeps the IR, which GenAI's verify loads.
+_OV = "openvino"
+_OV_DEVICE = ParamDef(T.STR, "CPU", choices=("CPU", "NPU", "GPU"))
+OPENVINO = (
+    _FETCH,
+    StageDef("export", "openvino/export.py", ("fetch",), ("ir/",),
+             {"precision": ParamDef(T.STR, "fp32", choices=("fp32", "fp16"))}, toolchain=_OV),
+    StageDef("compress", "openvino/compress.py", ("export",), ("ir/",), {
+        "mode": ParamDef(T.STR, "int8_asym",
+                         choices=("int8_asym", "int8_sym", "int4_sym", "int4_asym")),
+        # int4 only (int8 is per channel): -1 is channel-wise; ratio is the share kept at int4.
+        "group_size": ParamDef(T.INT, 128, choices=(-1, 16, 32, 64, 128, 256)),
+        "ratio": ParamDef(T.FLOAT, 1.0, minimum=0.0, maximum=1.0),
+    }, toolchain=_OV),
+    StageDef("compile", "openvino/compile.py", ("compress",), ("model.blob", "ir/"),
+             {"device": _OV_DEVICE}, toolchain=_OV),
+    StageDef("verify", "openvino/verify.py", ("fetch", "compile"), ("report.json",), {
+        **_VERIFY_PARAMS, "device": replace(_OV_DEVICE, inherit="compile"), "chat": _CHAT,
+    }, toolchain=_OV),
+)
+
+PIPELINES: dict[str, tuple[StageDef, ...]] = {"cpu-ort": CPU_ORT, "hailo10h": HAILO10H,
+                                              "openvino": OPENVINO}
 
 # The stage whose output is a target's deployable artifact (`hef:<model>` for hailo10h).
-ARTIFACT_STAGE = {"cpu-ort": "compile", "hailo10h": "compile"}
+ARTIFACT_STAGE = {"cpu-ort": "compile", "hailo10h": "compile", "openvino": "compile"}
 
 
 def stage_defs(target: str) -> dict[str, StageDef]:

@@ -71,6 +71,7 @@ def named_files(project: Project) -> tuple[str, ...]:
              for p in a.file_params.values()}
     files |= {f"{tc.image['context']}/Dockerfile" for tc in project.toolchains.values()
               if "context" in tc.image}
+    files |= {tc.venv["requirements"] for tc in project.toolchains.values() if tc.venv}
     return tuple(sorted(files))
 
 

@@ -105,6 +105,7 @@ class ToolchainSpec:
     image: dict[str, Any] = field(default_factory=dict)  # docker: context, tag, reference
     wheels: dict[str, str] = field(default_factory=dict)  # docker: file -> sha256
     device: dict[str, Any] = field(default_factory=dict)  # ssh/local: see _device
+    venv: dict[str, str] = field(default_factory=dict)  # venv: python (base), requirements
 
 
 LIMIT_KEYS = {
@@ -315,13 +316,14 @@ def _load_stages(
     return stages, stage_tcs, limits
 
 
-TOOLCHAIN_KINDS = ("host", "docker", "ssh", "local")
+TOOLCHAIN_KINDS = ("host", "docker", "ssh", "local", "venv")
 _DEVICE_KEYS = {"kind", "interpreter", "description", "host", "user", "port", "key_file",
                 "remote_dir", "host_key", "known_hosts"}
 _TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description"},
                    "ssh": _DEVICE_KEYS,
                    "local": _DEVICE_KEYS - {"host", "user", "port", "host_key", "known_hosts"},
-                   "docker": {"kind", "interpreter", "description", "context", "tag", "image"}}
+                   "docker": {"kind", "interpreter", "description", "context", "tag", "image"},
+                   "venv": {"kind", "python", "requirements", "description"}}
 
 
 def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
@@ -341,6 +343,7 @@ def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
                           root)
     image = _docker_image(tc, shown, root, path.stem) if kind == "docker" else {}
     device = _device(doc, tc, shown, root) if kind in ("ssh", "local") else {}
+    venv = _venv(tc, shown, root) if kind == "venv" else {}
     wheels = _str_table(doc, "wheels", shown)
     for name, sha in wheels.items():
         if sha and not SHA256_RE.match(sha):  # "" = not pinned yet: the image will not build
@@ -353,7 +356,26 @@ def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
                             "gets the hub's token from there")
     return ToolchainSpec(path.stem, shown, kind, interpreter, _str_table(doc, "packages", shown),
                          env, str(tc.get("description", "")),
-                         limits, image, wheels, device)
+                         limits, image, wheels, device, venv)
+
+
+def _venv(tc: dict[str, Any], shown: str, root: Path) -> dict[str, str]:
+    """A second Python environment made by hefbuild: a base interpreter and a lock file of
+    exact pins under toolchain/ (hefbuild.venvs)."""
+    python = tc.get("python", "python3")
+    if not isinstance(python, str) or not python:
+        raise SpecError(shown, "toolchain.python", "the base interpreter, e.g. 'python3'")
+    lock = tc.get("requirements")
+    if not isinstance(lock, str) or not lock:
+        raise SpecError(shown, "toolchain.requirements",
+                        "a lock file of exact pins, e.g. 'toolchain/<name>.requirements.txt'")
+    _check_project_file(lock, root, shown, "toolchain.requirements")
+    for n, line in enumerate((root / lock).read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-") and "==" not in line:
+            raise SpecError(shown, "toolchain.requirements", f"{lock} line {n}: an exact pin "
+                            f"'name==version', got {line!r}")
+    return {"python": python, "requirements": lock}
 
 
 DEVICE_KEYS = {

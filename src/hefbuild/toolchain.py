@@ -1,21 +1,27 @@
-"""Toolchain identity: what a `host` toolchain is, as it enters every key.
+"""Toolchain identity: what a toolchain is, as it enters every key.
 
-The identity is the interpreter's version and platform plus the installed version of every
-package the toolchain file names. Reading package metadata costs ~50 ms, too much for a
-no-op build, so identities are cached in `.hefbuild/toolchains.json` against the stat of
-the interpreter and of its site-packages folders (installing or removing a package
-changes the folder's mtime).
+A `host` toolchain's identity is the interpreter's version and platform plus the installed
+version of every package the toolchain file names; a `venv` toolchain's, the digest of its lock
+file and base interpreter (hefbuild.venvs), which needs no environment to exist.
+
+Reading package metadata costs ~50 ms, too much for a no-op build, so identities are cached
+in `.hefbuild/toolchains.json` against the stat of the interpreter and of its site-packages
+folders (installing or removing a package changes the folder's mtime), or of a venv
+toolchain's lock file and base interpreter.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import venvs
 from .errors import HefbuildError, StageError, ToolchainMismatch
 from .specs import ToolchainSpec
 
@@ -68,7 +74,28 @@ class ToolchainResolver:
         if spec.kind in ("ssh", "local"):
             # The release pins, not the host: an identical device elsewhere is the same.
             return {"kind": "device", **spec.device["pins"]}
+        if spec.kind == "venv":
+            return self._cached(spec, lambda: venvs.identity(self.venv_spec(spec),
+                                                             self._venv_base(spec)))
         return self._cached_or_probe(spec)
+
+    # -- venv toolchains (hefbuild.venvs) ----------------------------------------------
+
+    def venv_spec(self, spec: ToolchainSpec) -> venvs.VenvSpec:
+        root = self._toolchain_dir.parent if self._toolchain_dir else Path.cwd()
+        return venvs.VenvSpec(spec.name, spec.venv["python"], root / spec.venv["requirements"])
+
+    def _venv_base(self, spec: ToolchainSpec) -> dict[str, str]:
+        key = f"venv-base:{spec.venv['python']}"
+        if key not in self._memo:
+            self._memo[key] = venvs.probe_base(spec.venv["python"])
+        return self._memo[key]
+
+    def venv_python(self, spec: ToolchainSpec, venvs_root: Path,
+                    say: Callable[[str], None]) -> str:
+        """The python of a venv toolchain's environment, created on first use."""
+        return str(venvs.ensure(self.venv_spec(spec), self.identity(spec),
+                                self._venv_base(spec), venvs_root, say))
 
     def _docker_identity(self, spec: ToolchainSpec) -> dict[str, Any]:
         lock = read_image_lock(self._toolchain_dir, spec) if self._toolchain_dir else None
@@ -80,7 +107,21 @@ class ToolchainResolver:
     def stamp(self, spec: ToolchainSpec) -> str:
         """What a host toolchain's identity hangs on (interpreter and site-packages stat);
         other kinds are pinned by their declarations."""
+        if spec.kind == "venv":
+            return self._venv_stamp(spec)
         return _stamp(interpreter_path(spec), spec) if spec.kind == "host" else spec.kind
+
+    def _venv_stamp(self, spec: ToolchainSpec) -> str:
+        """The lock file's and the base interpreter's stat: a changed lock is a new identity."""
+        found = shutil.which(spec.venv["python"]) or spec.venv["python"]
+        parts = [spec.kind]
+        for path in (str(self.venv_spec(spec).requirements), os.path.realpath(found)):
+            try:
+                st = os.stat(path)
+                parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+            except OSError:
+                parts.append(f"{path}:-")
+        return "|".join(parts)
 
     def check(self, spec: ToolchainSpec) -> None:
         """Refuse to run a stage in an environment that lacks a pinned package version."""
@@ -97,12 +138,17 @@ class ToolchainResolver:
 
     def _cached_or_probe(self, spec: ToolchainSpec) -> dict[str, Any]:
         python = interpreter_path(spec)
-        stamp = _stamp(python, spec)
+        return self._cached(spec, lambda: {"kind": spec.kind,
+                                           **_probe(python, sorted(spec.packages))})
+
+    def _cached(self, spec: ToolchainSpec, compute: Callable[[], dict[str, Any]]
+                ) -> dict[str, Any]:
+        stamp = self.stamp(spec)
         cache = self._load_cache()
         entry = cache.get(spec.name)
         if entry and entry.get("stamp") == stamp:
             return entry["identity"]
-        identity = {"kind": spec.kind, **_probe(python, sorted(spec.packages))}
+        identity = compute()
         cache[spec.name] = {"stamp": stamp, "identity": identity}
         self._save_cache(cache)
         return identity

@@ -57,7 +57,7 @@ CASES = [
      '"The children played", "Sam had a blue kite"]', "prompts = []",
      "models/tiny-llama.toml: stages.verify.prompts: expected a list of at least 1 strings"),
     ("models/tiny-llama.toml", 'target = "cpu-ort"', 'target = "npu9000"',
-     "models/tiny-llama.toml: model.target: one of cpu-ort, hailo10h, got 'npu9000'"),
+     "models/tiny-llama.toml: model.target: one of cpu-ort, hailo10h, openvino, got 'npu9000'"),
     ("toolchain/host.toml", "[env]", '[limits]\ntimeout = "nan"\n\n[env]',
      "toolchain/host.toml: limits.timeout: expected a duration"),
     ("toolchain/host.toml", "[env]", '[env]\nHF_TOKEN = "hf_not_here"',

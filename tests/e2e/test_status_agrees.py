@@ -210,7 +210,7 @@ def test_explain_and_status_from_a_sub_folder(project: Project):
 
     group = project.doit("explain", "verify")
     assert group.returncode == 0, group.stderr
-    models = sorted(p.stem for p in (project.root / "models").glob("*.toml"))
+    models = [p.stem for p in sorted((project.root / "models").glob("*.toml"))]  # file order
     assert list(explain_blocks(group.stdout)) == [f"verify:{m}" for m in models], group.stdout
 
 

@@ -121,7 +121,8 @@ def sandboxed(bwrap: str, stage: StageRun, argv: list[str], env: dict[str, str],
 @cache
 def interpreter_paths(interpreter: str) -> tuple[str, ...]:
     """The folders an interpreter needs: its prefixes and every existing sys.path entry."""
-    if os.path.realpath(interpreter) == os.path.realpath(sys.executable):
+    # Not the real paths: a venv's bin/python links to its base interpreter, as ours may.
+    if os.path.abspath(interpreter) == os.path.abspath(sys.executable):
         entries = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
     else:
         probe = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, " \
