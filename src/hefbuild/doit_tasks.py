@@ -285,7 +285,7 @@ def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[d
 
 
 def _target_task_dicts(root: str, model: ModelSpec) -> Iterator[dict]:
-    """The target's alias of its artifact (`hef:<model>`) and its keep tasks."""
+    """The target's alias of its artifact (`<alias>:<model>`) and its keep tasks."""
     art, producer = model.pipeline.artifact, artifact_task(model)
     if art and art.alias and producer:
         where = f"build/{model.name}/{art.stage}/{art.file}"

@@ -34,7 +34,7 @@ SYNTHETIC_KEYS: dict[str, ParamDef] = {
     "head_dim": ParamDef(T.INT, minimum=1),
     "vocab_size": ParamDef(T.INT, 384, minimum=300),
     # Rows of the embedding / lm_head when larger than the tokenizer (a >32000 vocabulary
-    # exercises the Hailo lm_head split without a huge tokenizer).
+    # exercises a compiler's lm_head split without a huge tokenizer).
     "model_vocab_size": ParamDef(T.INT, minimum=300),
     "max_position_embeddings": ParamDef(T.INT, 256, minimum=16),
     "rope_theta": ParamDef(T.FLOAT, minimum=1.0),
@@ -341,7 +341,6 @@ DEVICE_KEYS = {
     "host_key": ParamDef(T.STR_LIST),
     "known_hosts": ParamDef(T.STR),
 }
-PIN_KEYS = {"hailort": ParamDef(T.STR, required=True), "firmware": ParamDef(T.STR, required=True)}
 RETRY_KEYS = {
     "attempts": ParamDef(T.INT, 3, minimum=1, maximum=20),
     "backoff": ParamDef(T.DURATION, 2.0),
@@ -350,7 +349,7 @@ RETRY_KEYS = {
 
 
 def _device(doc: dict[str, Any], tc: dict[str, Any], shown: str, root: Path) -> dict[str, Any]:
-    """Where the Hailo device is and what it must run: connection (with the host key it must
+    """Where the device is and what it must run: connection (with the host key it must
     present), pins, retry policy. Only the pins enter keys; the connection, the host key and
     the retry policy never do."""
     import base64
@@ -392,8 +391,11 @@ def _device(doc: dict[str, Any], tc: dict[str, Any], shown: str, root: Path) -> 
     if pinned:
         device.update(host_key=pinned, host_key_for=declared_host)
     device["kind"] = tc["kind"]
-    device["pins"] = check_params(_table(doc, "pins", shown, "pins"), PIN_KEYS, shown, "pins",
-                                  root)
+    # What the device must run (runtime, firmware: the vendor's names); they enter keys.
+    device["pins"] = _str_table(doc, "pins", shown)
+    if not device["pins"]:
+        raise SpecError(shown, "pins", "the versions the device must run, e.g. runtime and "
+                        "firmware (they enter the check's key)")
     device["retry"] = check_params(_table(doc, "retry", shown, "retry"), RETRY_KEYS, shown,
                                    "retry", root)
     if tc["kind"] == "ssh" and not device.get("host"):

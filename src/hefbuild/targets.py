@@ -201,7 +201,7 @@ def _stage(table: dict[str, Any], where: str, earlier: list[str], shown: str,
     _only_keys(table, _STAGE_KEYS, shown, where)
     name = table.get("name")
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise SpecError(shown, f"{where}.name", f"a lower-case name like 'export', got {name!r}")
+        raise SpecError(shown, f"{where}.name", f"a lower-case name like 'make', got {name!r}")
     if name in earlier:
         raise SpecError(shown, f"{where}.name", f"stage {name!r} is declared twice")
     rule = _str(table, "rule", shown, where)
