@@ -35,7 +35,7 @@ from hefbuild.statcache import StatCache  # noqa: E402
 
 MIB = 1 << 20
 
-PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "images",
+PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "targets", "rules", "data", "images",
          "placements")
 DOIT = [sys.executable, "-m", "doit"]
 

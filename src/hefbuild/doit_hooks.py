@@ -12,9 +12,10 @@ from doit.dependency import FileChangedChecker
 from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
+from .checks import Checks, checks_of
 from .errors import HefbuildError
 from .events import EventLog, rotate
-from .groups import GROUPS, blocked_line, labelled, members, rows, table_lines, task_line
+from .groups import blocked_line, labelled, members, rows, table_lines, task_line
 from .lock import ProjectLock
 from .project import STATE_DIR
 from .session import engine_for, fast_path_at, project_at
@@ -76,6 +77,13 @@ class HefbuildReporter(ConsoleReporter):
         self._known = list(tasks)
         super().initialize(tasks, selected_tasks)
 
+    def _checks(self) -> Checks:
+        """The checks and artifact aliases of the project's targets (loaded once per run)."""
+        if getattr(self, "_checks_of", None) is None:
+            models = project_at(self.root).models.values()
+            self._checks_of = checks_of({m.target: m.pipeline for m in models}.values())
+        return self._checks_of
+
     def _events_path(self) -> Path:
         return Path(self.root) / "build" / "events.jsonl"
 
@@ -105,10 +113,10 @@ class HefbuildReporter(ConsoleReporter):
     def _verdict(self, task: Any) -> None:
         """A check's result is what the user came for: say it, whatever ran or not (from
         the fast path's note while the check stays up to date)."""
-        if not task.name.startswith("verify:"):
+        if self._checks().stage_of(task.name) is None:
             return
         line = fast_path_at(self.root).note(task.name) or \
-            check_verdict(Path(self.root), task.name)
+            check_verdict(Path(self.root), task.name, checks=self._checks())
         if line:
             self.write(f"   {line}\n")
 
@@ -122,7 +130,8 @@ class HefbuildReporter(ConsoleReporter):
         if isinstance(fail, TaskFailed) and not fail.traceback:
             self.write(labelled("failed", task.name) + "\n")
             self.write(f"ERROR: {fail.message}\n")  # ours: already one line, no traceback
-            line = check_verdict(Path(self.root), task.name, failed=True)
+            line = check_verdict(Path(self.root), task.name, failed=True,
+                                 checks=self._checks())
             if line:
                 self.write(f"   {line}\n")
             return
@@ -144,14 +153,15 @@ class HefbuildReporter(ConsoleReporter):
 
     def _group_table(self) -> None:
         selected = getattr(self, "_selected", [])
-        wanted = members(selected, getattr(self, "_known", []))
-        groups = [g for g in GROUPS if g in selected]
+        checks = self._checks()
+        wanted = members(selected, getattr(self, "_known", []), checks)
+        groups = [g for g in checks.groups if g in selected]
         if not wanted and not groups:
             return
         broken = project_at(self.root).broken if groups else {}
         table = rows(Path(self.root), wanted, self._succeeded, self._failed, self._blocked,
-                     broken, groups)
-        for line in table_lines(table):
+                     broken, groups, checks)
+        for line in table_lines(table, checks):
             self.write(line + "\n")
 
     def _summarize(self) -> None:
@@ -181,6 +191,7 @@ def _size(path: Path) -> int:
 
 
 def _is_stage(task: Any) -> bool:
-    """A hefbuild stage task (its action is the engine's), not a group, lock or image."""
-    return bool(task.actions) and ":" in task.name and \
-        task.name.split(":", 1)[0] not in ("lock", "image", "placement")
+    """A hefbuild stage task (its action is the engine's `run_task`), not a group, alias,
+    lock, image or keep task: which names are stages is the targets' business."""
+    callable_ = getattr(task.actions[0], "py_callable", None) if task.actions else None
+    return ":" in task.name and getattr(callable_, "__name__", "") == "run_task"

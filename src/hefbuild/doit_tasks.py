@@ -21,6 +21,7 @@ from .plan import Action, artifact_task, task_name
 from .project import STATE_DIR, Project
 from .selection import models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, only_models, project_at
+from .specs import ModelSpec
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
 
@@ -90,17 +91,20 @@ def lock_hub_model(root: str, model: str) -> dict[str, Any] | TaskFailed:
         return TaskFailed(str(exc))
 
 
-def save_placement(root: str, model: str) -> dict[str, Any] | TaskFailed:
-    """Copy the last compile's `.auto.alls` to placements/, where `replay_placement` reads it."""
-    src = Path(root) / "build" / model / "compile" / "model.auto.alls"
-    dest = Path(root) / "placements" / f"{model}.auto.alls"
+def keep_output(root: str, model: str, name: str, stage: str, output: str,
+                dest: str) -> dict[str, Any] | TaskFailed:
+    """Copy a stage's last output into the project tree (a target's [[keep]]), where a
+    parameter of a later build can name it (e.g. a placement to replay)."""
+    src = Path(root) / "build" / model / stage / output
+    rel = dest.format(model=model)
+    target = Path(root) / rel
     if not src.is_file():
-        return TaskFailed(f"placement:{model}: no compile result in build/{model}/compile/")
-    dest.parent.mkdir(exist_ok=True)
-    tmp = dest.with_suffix(".tmp")
+        return TaskFailed(f"{name}:{model}: no {stage} result in build/{model}/{stage}/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
     tmp.write_bytes(src.read_bytes())
-    tmp.replace(dest)
-    return {"placement": f"placements/{model}.auto.alls"}
+    tmp.replace(target)
+    return {name: rel}
 
 
 def clean_stage(root: str, task: str) -> None:
@@ -154,8 +158,8 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
         "backend": "json",
         "check_file_uptodate": DigestChecker.bound_to(str(project.paths.root)),
         "reporter": HefbuildReporter.bound_to(str(project.paths.root)),
-        "default_tasks": [task_name("verify", m.name) for m in project.models.values()
-                          if m.target == "cpu-ort"],
+        "default_tasks": [task_name(m.pipeline.check, m.name) for m in project.models.values()
+                          if m.pipeline.default_checks and m.pipeline.check],
     }
 
     def task_hefbuild() -> Iterator[dict]:
@@ -167,13 +171,9 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
 
 def task_names(project: Project) -> set[str]:
     """Every task and group name the project's declarations make (no plan needed)."""
-    from .pipelines import PIPELINES
-
     names: set[str] = set()
     for model in project.models.values():
-        bases = [s.name for s in PIPELINES[model.target]]
-        if model.target == "hailo10h":
-            bases += ["hef", "placement"]
+        bases = [s.name for s in model.pipeline.stages] + _extra_bases(model)
         if model.source.hub or model.source.path:
             bases.append("lock")
         names |= set(bases) | {f"{b}:{model.name}" for b in bases}
@@ -219,35 +219,44 @@ def _image_tasks(project: Project) -> Iterator[dict]:
                           f"and pin its ID in toolchain/{tc.name}.lock.json"}
 
 
-# What `doit list` says of each group (a group runs that stage of every model).
+def _extra_bases(model: ModelSpec) -> list[str]:
+    """The target's alias and keep tasks, beside its stages."""
+    art = model.pipeline.artifact
+    return ([art.alias] if art and art.alias else []) + [k.name for k in model.pipeline.keep]
+
+
+def group_docs(project: Project) -> dict[str, str]:
+    """What `doit list` says of each group: the first target (by name) that says it."""
+    docs: dict[str, str] = {}
+    for model in sorted(project.models.values(), key=lambda m: m.target):
+        spec = model.pipeline
+        pairs = [(s.name, s.group_doc) for s in spec.stages]
+        if spec.artifact and spec.artifact.alias:
+            pairs.append((spec.artifact.alias, spec.artifact.group_doc))
+        pairs += [(k.name, k.group_doc) for k in spec.keep]
+        for name, doc in pairs:
+            if doc:
+                docs.setdefault(name, doc)
+    return {**docs, **GROUP_DOCS}
+
+
+# What `doit list` says of the groups hefbuild itself makes (a group: every model's task).
 GROUP_DOCS = {
-    "fetch": "every model's checkpoint, fixed-output (hub commit, local folder or synthetic)",
-    "export": "every model's exported graph (ONNX), gated against transformers",
-    "quantize": "every cpu-ort model quantized by its declared method",
-    "parse": "every hailo10h model's graph parsed by the DFC (HAR)",
-    "resources": "every hailo10h model's HAR with host-side layers and the genai config",
-    "optimize": "every hailo10h model quantized by its recipe (DFC optimize, GPU)",
-    "fidelity": "every hailo10h model's recipe emulated on the CPU against float32",
-    "compile": "every model's deployable artifact (cpu-ort: optimized ONNX; hailo10h: HEF)",
-    "reference": "every hailo10h model's float32 greedy generation of its prompts",
-    "verify": "every model's check, ending with a table: passed, failed, not runnable",
-    "hef": "every hailo10h model's HEF (build/<model>/compile/model.hef), with a table",
-    "placement": "keep each hailo10h model's compiler placement for replay",
     "lock": "pin each hub or local model's files (commit and SHA-256s)",
     "image": "build and pin each docker toolchain's image",
 }
 
 
-def _group_heads(basenames: set[str]) -> Iterator[dict]:
+def _group_heads(basenames: set[str], docs: dict[str, str]) -> Iterator[dict]:
     """A dict with `name: None` is doit's group task itself: its own description."""
     for base in sorted(basenames):
         yield {"basename": base, "name": None,
-               "doc": GROUP_DOCS.get(base, f"the {base} stage of every model")}
+               "doc": docs.get(base, f"the {base} stage of every model")}
 
 
 def _task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
     tasks = list(_model_task_dicts(project, selected))
-    yield from _group_heads({t["basename"] for t in tasks})
+    yield from _group_heads({t["basename"] for t in tasks}, group_docs(project))
     yield from tasks
 
 
@@ -262,15 +271,7 @@ def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[d
             continue
         for action in by_model.get(model.name, []):
             yield _stage_task(project, action)
-        if model.target == "hailo10h":
-            yield {"basename": "hef", "name": model.name, "actions": None,
-                   "task_dep": [artifact_task(model)],
-                   "doc": f"the HEF of {model.name} (build/{model.name}/compile/model.hef)"}
-            yield {"basename": "placement", "name": model.name,
-                   "actions": [(save_placement, [root, model.name])],
-                   "task_dep": [artifact_task(model)], "uptodate": [False],
-                   "doc": f"keep the compiler's placement of {model.name} for replay "
-                          f"(placements/{model.name}.auto.alls)"}
+        yield from _target_task_dicts(root, model)
         if model.source.hub:
             yield {"basename": "lock", "name": model.name,
                    "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
@@ -281,6 +282,23 @@ def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[d
                    "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
                    "doc": f"record the sha256 of every checkpoint file in "
                           f"{model.source.path}"}
+
+
+def _target_task_dicts(root: str, model: ModelSpec) -> Iterator[dict]:
+    """The target's alias of its artifact (`<alias>:<model>`) and its keep tasks."""
+    art, producer = model.pipeline.artifact, artifact_task(model)
+    if art and art.alias and producer:
+        where = f"build/{model.name}/{art.stage}/{art.file}"
+        yield {"basename": art.alias, "name": model.name, "actions": None,
+               "task_dep": [producer], "doc": f"the {art.alias} of {model.name} ({where})"}
+    for keep in model.pipeline.keep:
+        dest = keep.dest.format(model=model.name)
+        yield {"basename": keep.name, "name": model.name,
+               "actions": [(keep_output, [root, model.name, keep.name, keep.stage,
+                                          keep.output, keep.dest])],
+               "task_dep": [task_name(keep.stage, model.name)], "uptodate": [False],
+               "doc": f"keep {keep.stage}'s {keep.output} of {model.name} in the project "
+                      f"({dest})"}
 
 
 def _stage_task(project: Project, action: Action) -> dict:

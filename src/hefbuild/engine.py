@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .executors import ExecResult, Executor, StageRun, Watch
     from .remote.cache import RemoteCache
     from .specs import ToolchainSpec
+from .checks import checks_of
 from .failures import disk_error, failure_message, one_line
 from .fastpath import FastPath, Verdict, fast_path_of
 from .key import ActionKey, describe
@@ -80,6 +81,7 @@ class Engine:
             self._executors = dict.fromkeys(("host", "ssh", "local", "docker", "venv"), executor)
         self.progress = progress
         self.stream_logs = False  # `doit -v 2`: each rule's output to the terminal as it runs
+        self.checks = checks_of({m.target: m.pipeline for m in project.models.values()}.values())
         self.events = EventLog(self.paths.build / "events.jsonl")
         self._rule_files: dict[str, list[Path]] = {}  # rule -> its code files, per invocation
 
@@ -104,9 +106,9 @@ class Engine:
         ))
 
     def _check_pinned(self, action: Action) -> None:
-        """A fetch must be fixed-output: a commit and a digest for every file."""
+        """The source stage must be fixed-output: a commit and a digest for every file."""
         src = self.project.models[action.model].source
-        if action.stage != "fetch" or src.pinned:
+        if action.source is None or src.pinned:
             return
         model = self.project.models[action.model]
         if src.path is not None:
@@ -208,7 +210,7 @@ class Engine:
         own = self.fast.indexes(_manifest_and_outputs(self.paths.root, action.out_dir))
         paths = inputs + own
         stamp = self._stamp(action)
-        note = check_verdict(self.paths.root, action.task)
+        note = check_verdict(self.paths.root, action.task, checks=self.checks)
         self.fast.record(action.task, Verdict(self.fast.fingerprint(stamp, paths), key.hex,
                                               paths, note))
 
@@ -245,7 +247,7 @@ class Engine:
         seconds = time.monotonic() - start
         measured = self._record_duration(action, record) if outcome is Outcome.BUILT else {}
         if outcome is not Outcome.UPTODATE:
-            measured.update(check_figures(self.paths.root, task))
+            measured.update(check_figures(self.paths.root, task, self.checks))
         self.events.append(task, key.hex, outcome, seconds, peak, **extra, **measured)
         shown = {"seconds": round(seconds, 3)}
         if outcome is Outcome.BUILT and peak:
@@ -437,7 +439,7 @@ class Engine:
                        "outputs": list(action.outputs)}
         if tc.device:
             rule_action["device"] = device_target(tc)
-        network = action.stage == "fetch"
+        network = action.source is not None  # the source stage only
         return StageRun(
             sandbox=self._sandboxed(tc), network=network,
             writable=hub_cache_dirs() if network else (),
@@ -452,10 +454,10 @@ class Engine:
         )
 
     def _source_dir(self, action: Action) -> dict[str, Path]:
-        """fetch of a local source reads its folder (read-only in the sandbox); the folder is
-        in no key: the files' digests are (moving it changes nothing)."""
+        """The source stage of a local source reads its folder (read-only in the sandbox); the
+        folder is in no key: the files' digests are (moving it changes nothing)."""
         src = self.project.models[action.model].source
-        if action.stage != "fetch" or src.path is None:
+        if action.source is None or src.path is None:
             return {}
         return {"source_dir": Path(src.path)}
 

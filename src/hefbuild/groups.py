@@ -1,8 +1,9 @@
 """What each task and each model of a run came to, as the terminal shows it.
 
 Pure: the reporter hands in task names, their values and failure messages; nothing here
-reads doit's state. A group run (`doit verify`, `doit hef`, the default tasks) ends with a
-table, one row per model: passed, failed (why), or not runnable (why, and the command that
+reads doit's state (which groups are checks comes in as `Checks`, from the targets). A
+group run (a target's check or artifact group, the default tasks) ends with a table, one
+row per model: passed, failed (why), or not runnable (why, and the command that
 fixes it when the error names one), so one broken model never hides how the others did.
 """
 
@@ -13,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .checks import Checks, builtin_checks
 from .summary import check_verdict, human_bytes
 
-GROUPS = ("verify", "hef")
 _LABEL_WIDTH = 10
 _RULE_PREFIX = re.compile(r"^\S+: rules/\S+ failed \(exit \d+\): ")
 _LOG_SUFFIX = re.compile(r"; log: build/\S+$")
@@ -60,16 +61,17 @@ def human_seconds(seconds: float) -> str:
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
 
 
-def members(selected: list[str], known: list[str]) -> list[str]:
-    """The verify:/hef: tasks a run's table covers: every member of a named group, and
-    each such task named alone when more than one is."""
+def members(selected: list[str], known: list[str], checks: Checks | None = None) -> list[str]:
+    """The check and artifact tasks a run's table covers: every member of a named group,
+    and each such task named alone when more than one is."""
+    groups = (checks or builtin_checks()).groups
     wanted: list[str] = []
     for name in selected:
-        if name in GROUPS:
+        if name in groups:
             wanted += sorted(t for t in known if t.startswith(f"{name}:"))
-        elif name.split(":", 1)[0] in GROUPS:
+        elif name.split(":", 1)[0] in groups:
             wanted.append(name)
-    named_group = any(n in GROUPS for n in selected)
+    named_group = any(n in groups for n in selected)
     return list(dict.fromkeys(wanted)) if named_group or len(wanted) > 1 else []
 
 
@@ -81,26 +83,28 @@ class Row:
 
 
 def rows(root: Path, wanted: list[str], succeeded: set[str], failed: dict[str, str],
-         blocked: set[str], broken: dict[str, str], groups: list[str]) -> list[Row]:
-    table = [_row(root, t, succeeded, failed, blocked) for t in wanted]
+         blocked: set[str], broken: dict[str, str], groups: list[str],
+         checks: Checks | None = None) -> list[Row]:
+    checks = checks or builtin_checks()
+    table = [_row(root, t, succeeded, failed, blocked, checks) for t in wanted]
     table += [Row(f"{g}:{m}", "not runnable", error)
               for g in groups for m, error in sorted(broken.items())]
     return table
 
 
 def _row(root: Path, task: str, succeeded: set[str], failed: dict[str, str],
-         blocked: set[str]) -> Row:
+         blocked: set[str], checks: Checks) -> Row:
     group, model = task.split(":", 1)
     if task in succeeded:
-        if group == "verify":
-            verdict = check_verdict(root, task).removeprefix(f"{task}: ")
+        if group in checks.stages:
+            verdict = check_verdict(root, task, checks=checks).removeprefix(f"{task}: ")
             status = "passed" if verdict.startswith("passed") else "failed"
             head, _, figures = verdict.partition(", ")
             double = head.removeprefix("passed").removeprefix("FAILED").strip()
             return Row(task, status, f"{double}: {figures}" if double else figures)
-        return Row(task, "built", f"build/{model}/compile/model.hef")
+        return Row(task, "built", f"build/{model}/{checks.artifacts.get(group, group)}")
     if task in failed:
-        if check_verdict(root, task, failed=True):
+        if check_verdict(root, task, failed=True, checks=checks):
             return Row(task, "failed", reason(failed[task]))
         return Row(task, "not runnable", reason(failed[task]))
     upstream = [(t, m) for t, m in failed.items() if t.split(":", 1)[-1] == model]
@@ -116,11 +120,12 @@ def reason(message: str) -> str:
     return text.split("\n", 1)[0]
 
 
-def table_lines(table: list[Row]) -> list[str]:
+def table_lines(table: list[Row], checks: Checks | None = None) -> list[str]:
     if not table:
         return []
+    checks = checks or builtin_checks()
     width = max(len(r.task) for r in table)
-    lines = ["checks:" if all(r.task.startswith("verify:") for r in table) else "models:"]
+    lines = ["checks:" if all(checks.stage_of(r.task) for r in table) else "models:"]
     for r in table:
         lines.append(f"   {r.status:<12} {r.task:<{width}}  {r.why}".rstrip())
     counts: dict[str, int] = {}

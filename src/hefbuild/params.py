@@ -33,6 +33,7 @@ class ParamDef:
     # A stage whose value, when this one is not given, is taken over (fidelity calibrates on
     # optimize's rows unless told otherwise).
     inherit: str | None = None
+    doc: str = ""  # one line for the parameter reference (docs/parameters.md)
 
 
 def check_value(value: Any, pdef: ParamDef) -> str | None:

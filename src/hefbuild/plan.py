@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .params import ParamType
-from .pipelines import ARTIFACT_STAGE, PIPELINES
 from .project import Project
 from .specs import ModelSpec, StageLimits
 
@@ -30,7 +29,7 @@ class Action:
     outputs: tuple[str, ...]
     params: dict[str, Any]
     file_params: dict[str, str]  # param name -> project-relative path
-    source: dict[str, Any] | None  # only fetch sees the source; others see its outputs
+    source: dict[str, Any] | None  # only the target's source stage sees it; others see its outputs
     toolchain: str
     limits: StageLimits = StageLimits()
     # Stages of the same model that must succeed first; not inputs: neither in the key
@@ -52,11 +51,11 @@ def task_name(stage: str, model: str) -> str:
 
 def plan_model(model: ModelSpec) -> list[Action]:
     actions = []
-    for sdef in PIPELINES[model.target]:
+    for sdef in model.pipeline.stages:
         params = model.stages[sdef.name]
         files = {k: v for k, v in params.items()
                  if k in sdef.params and sdef.params[k].type is ParamType.FILE}
-        source = _source_description(model) if sdef.name == "fetch" else None
+        source = _source_description(model) if sdef.source else None
         if source and "synthetic" in source and "corpus" in source["synthetic"]:
             files["corpus"] = source["synthetic"]["corpus"]
         actions.append(Action(
@@ -80,8 +79,10 @@ def plan_project(project: Project) -> dict[str, Action]:
     return {a.task: a for m in project.models.values() for a in plan_model(m)}
 
 
-def artifact_task(model: ModelSpec) -> str:
-    return task_name(ARTIFACT_STAGE[model.target], model.name)
+def artifact_task(model: ModelSpec) -> str | None:
+    """The task whose output is the model's deployable file, if its target names one."""
+    art = model.pipeline.artifact
+    return task_name(art.stage, model.name) if art else None
 
 
 def rule_code_files(rules_dir: Path, rule: str) -> list[Path]:

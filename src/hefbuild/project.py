@@ -10,6 +10,7 @@ from pathlib import Path
 from .errors import SpecError
 from .settings import Settings, load_settings
 from .specs import COMMIT_RE, SHA256_RE, ModelSpec, ToolchainSpec, load_model, load_toolchain
+from .targets import load_targets
 
 STATE_DIR = ".hefbuild"
 
@@ -34,6 +35,10 @@ class ProjectPaths:
     @property
     def toolchains(self) -> Path:
         return self.root / "toolchain"
+
+    @property
+    def targets(self) -> Path:
+        return self.root / "targets"
 
     @property
     def rules(self) -> Path:
@@ -79,10 +84,11 @@ def _load_declarations(paths: ProjectPaths, root: Path, strict: bool) -> Declara
     toolchains = {p.stem: load_toolchain(p, root) for p in sorted(paths.toolchains.glob("*.toml"))}
     if "host" not in toolchains:
         raise SpecError("toolchain/host.toml", "", "missing: the embedded default toolchain")
+    targets = load_targets(root)  # a bad target file always raises: models name targets
     models, broken = {}, {}
     for path in sorted(paths.models.glob("*.toml")):
         try:
-            model = load_model(path, root, set(toolchains))
+            model = load_model(path, root, set(toolchains), targets)
             models[model.name] = _with_lock(model, path.with_suffix(".lock.json"), root)
         except SpecError as exc:
             if strict:

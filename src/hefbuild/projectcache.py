@@ -3,8 +3,9 @@
 Loading validates every model and toolchain file (~1 ms a model): with 200 models that is
 most of a no-op `doit verify:one-model`. So the loaded models and toolchains are kept
 (pickled) with a stamp of what they were made from: the stat signature of every file in
-`models/` and `toolchain/` (TOML and lock files), the existence of every file a declaration
-names (file parameters, Dockerfiles: loading checks they exist), and hefbuild's own loader
+`models/`, `toolchain/` and `targets/` (the project's and hefbuild's own; TOML and lock
+files), the existence of every file a declaration
+names (file parameters, rules, Dockerfiles: loading checks they exist), and hefbuild's own loader
 code. Any difference, and the TOML is loaded and checked as before, with the same errors.
 Settings (`hefbuild.toml` and the environment) are read on every invocation.
 
@@ -22,19 +23,22 @@ from pathlib import Path
 
 from .plan import plan_model
 from .project import Project, load_project
+from .targets import BUILTIN_TARGETS, TARGETS_DIR
 
-FORMAT = 2
-_LOADER_CODE = ("specs.py", "params.py", "pipelines.py", "project.py", "plan.py",
+FORMAT = 3  # 3: a model carries its target's declaration
+_LOADER_CODE = ("specs.py", "params.py", "targets.py", "declfile.py", "project.py", "plan.py",
                 "projectcache.py")
 
 
 def declarations_stamp(root: Path, named: tuple[str, ...]) -> str:
     """What the loaded declarations depend on, as one short string."""
     h = hashlib.blake2b(digest_size=16)
-    for folder in ("models", "toolchain"):
-        h.update(f"\0[{folder}]".encode())
+    folders = [("models", root / "models"), ("toolchain", root / "toolchain"),
+               ("targets", root / TARGETS_DIR), ("builtin targets", BUILTIN_TARGETS)]
+    for label, folder in folders:
+        h.update(f"\0[{label}]".encode())
         try:
-            entries = sorted(os.scandir(root / folder), key=lambda e: e.name)
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError:
             entries = []
         for entry in entries:
@@ -67,8 +71,10 @@ def load_project_cached(root: Path, store: Path | None = None) -> Project:
 
 def named_files(project: Project) -> tuple[str, ...]:
     """Every project file a declaration names and loading checked the existence of."""
-    files = {p for m in project.models.values() for a in plan_model(m)
-             for p in a.file_params.values()}
+    actions = [a for m in project.models.values() for a in plan_model(m)]
+    files = {p for a in actions for p in a.file_params.values()}
+    # A project's target file names rules that loading checked exist.
+    files |= {f"rules/{a.rule}" for a in actions}
     files |= {f"{tc.image['context']}/Dockerfile" for tc in project.toolchains.values()
               if "context" in tc.image}
     files |= {tc.venv["requirements"] for tc in project.toolchains.values() if tc.venv}

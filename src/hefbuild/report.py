@@ -19,10 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .events import Outcome, read_events, read_json
 from .report_checks import CheckKind, PromptFigures, check_kind, number, read_check
+
+if TYPE_CHECKING:
+    from .targets import TargetSpec
 
 REPORT_DIR = "build/report"
 HISTORY = f"{REPORT_DIR}/history.jsonl"
@@ -144,11 +147,14 @@ class BuildReport:
 # -- reading build/ ------------------------------------------------------------------
 
 
-def chains_of(targets: Mapping[str, str]) -> dict[str, Chain]:
-    """Each model's stages in pipeline order, from model name -> target."""
-    from .pipelines import PIPELINES
+def chains_of(targets: Mapping[str, str],
+              declared: Mapping[str, TargetSpec] | None = None) -> dict[str, Chain]:
+    """Each model's stages in pipeline order, from model name -> target (`declared`: the
+    project's targets; else hefbuild's own)."""
+    from .targets import load_targets
 
-    return {name: Chain(t, tuple(s.name for s in PIPELINES[t])) for name, t in targets.items()}
+    specs = load_targets(None) if declared is None else declared
+    return {name: Chain(t, tuple(s.name for s in specs[t].stages)) for name, t in targets.items()}
 
 
 def wanted(chains: Mapping[str, Chain]) -> tuple[list[str], list[str]]:
@@ -373,7 +379,8 @@ def write_report(root: Path, chains: Mapping[str, Chain] | None = None) -> Path:
         from .session import project_at
 
         project = project_at(str(root))
-        chains = chains_of({name: m.target for name, m in sorted(project.models.items())})
+        chains = chains_of({name: m.target for name, m in sorted(project.models.items())},
+                           {m.target: m.pipeline for m in project.models.values()})
     snap = snapshot(root, chains)
     made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # as event lines date
     report = build_report(snap, chains, root.name, made)

@@ -33,7 +33,7 @@ def default_memory_cap() -> int:
 
 
 def device_target(tc: ToolchainSpec) -> dict[str, Any]:
-    """Where the device stage reaches its Hailo device: the toolchain's, unless
+    """Where the device stage reaches its device: the toolchain's, unless
     HEFBUILD_DEVICE (`ssh://user@host:port` or `local`) says otherwise, e.g. on a CI runner."""
     device = {k: v for k, v in tc.device.items()}
     device["interpreter"] = tc.interpreter  # the device host's python (runs device_check.py)

@@ -1,4 +1,4 @@
-"""Declarations as typed values: `models/*.toml` and `toolchain/*.toml`.
+"""Declarations as typed values: `models/*.toml` and `toolchain/*.toml` (targets: targets.py).
 
 Loading checks every key against a schema and raises `SpecError` naming the file, the
 key path and what was expected; nothing is built from a file that did not load.
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .declfile import _only_keys, _table, read_toml
 from .errors import SpecError
 from .params import ParamDef, check_value, normalize
 from .params import ParamType as T
-from .pipelines import COMMON_STAGE_KEYS, PIPELINES, stage_defs
+from .targets import COMMON_STAGE_KEYS, StageDef, TargetSpec, load_targets
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SECRET_ENV_RE = re.compile(
@@ -34,7 +34,7 @@ SYNTHETIC_KEYS: dict[str, ParamDef] = {
     "head_dim": ParamDef(T.INT, minimum=1),
     "vocab_size": ParamDef(T.INT, 384, minimum=300),
     # Rows of the embedding / lm_head when larger than the tokenizer (a >32000 vocabulary
-    # exercises the Hailo lm_head split without a huge tokenizer).
+    # exercises a compiler's lm_head split without a huge tokenizer).
     "model_vocab_size": ParamDef(T.INT, minimum=300),
     "max_position_embeddings": ParamDef(T.INT, 256, minimum=16),
     "rope_theta": ParamDef(T.FLOAT, minimum=1.0),
@@ -84,6 +84,7 @@ class ModelSpec:
     name: str
     file: str  # project-relative, for error lines
     target: str
+    pipeline: TargetSpec  # the target's declaration, shared by its models
     toolchain: str
     source: SourceSpec
     stages: dict[str, dict[str, Any]]  # stage -> resolved params (defaults applied)
@@ -113,40 +114,6 @@ LIMIT_KEYS = {
     "memory": ParamDef(T.SIZE),
     "cpus": ParamDef(T.FLOAT, minimum=0.01),
 }
-
-
-def read_toml(path: Path, shown: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):  # imported here: a cached project parses no TOML
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(shown, "", f"malformed TOML ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise SpecError(shown, "", f"not UTF-8 text (byte {exc.start}: "
-                        f"{exc.object[exc.start:exc.start + 1]!r})") from exc
-    except RecursionError:
-        raise SpecError(shown, "", "nested too deeply to be a declaration") from None
-    except OSError as exc:
-        raise SpecError(shown, "", f"cannot be read ({exc.strerror})") from exc
-
-
-def _table(doc: dict[str, Any], key: str, shown: str, path: str) -> dict[str, Any]:
-    value = doc.get(key, {})
-    if not isinstance(value, dict):
-        raise SpecError(shown, path, f"a table, got {type(value).__name__}")
-    return value
-
-
-def _only_keys(table: dict[str, Any], allowed: set[str] | dict, shown: str, path: str) -> None:
-    for key in table:
-        if key not in allowed:
-            names = ", ".join(sorted(allowed)) or "nothing"
-            raise SpecError(shown, f"{path}.{key}" if path else key,
-                            f"unknown key (expected one of: {names})")
 
 
 def check_params(
@@ -193,26 +160,34 @@ def _check_project_file(value: str, root: Path, shown: str, key: str) -> None:
                         f"file outside it")
 
 
-def load_model(path: Path, root: Path, toolchains: set[str]) -> ModelSpec:
+def load_model(path: Path, root: Path, toolchains: set[str],
+               targets: dict[str, TargetSpec] | None = None) -> ModelSpec:
+    """`targets`: the project's, loaded once for all its models (else read here)."""
     shown = path.relative_to(root).as_posix()
+    targets = load_targets(root) if targets is None else targets
     doc = read_toml(path, shown)
     _only_keys(doc, {"model", "source", "stages"}, shown, "")
     model = _table(doc, "model", shown, "model")
     _only_keys(model, {"target", "toolchain", "description", "chat"}, shown, "model")
     target = model.get("target")
-    if target not in PIPELINES:
-        raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(PIPELINES))
+    if target not in targets:
+        raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(targets))
                         + f", got {target!r}")
     toolchain = _toolchain_name(model.get("toolchain", "host"), toolchains, shown,
                                 "model.toolchain")
-    source = _load_source(_table(doc, "source", shown, "source"), shown, root)
+    pipeline = targets[target]
+    # A target without a source stage reads no checkpoint: its models need no [source].
+    needs_source = pipeline.source_stage() is not None or "source" in doc
+    source = (_load_source(_table(doc, "source", shown, "source"), shown, root)
+              if needs_source else SourceSpec())
     chat = model.get("chat", False)
     if not isinstance(chat, bool):
         raise SpecError(shown, "model.chat", f"true or false, got {chat!r}")
-    stages, stage_tcs, limits = _load_stages(_table(doc, "stages", shown, "stages"), target,
+    stages, stage_tcs, limits = _load_stages(_table(doc, "stages", shown, "stages"),
+                                             pipeline.stage_defs(),
                                              toolchain if "toolchain" in model else None,
                                              toolchains, shown, root, path.stem, chat)
-    return ModelSpec(path.stem, shown, target, toolchain, source, stages, stage_tcs,
+    return ModelSpec(path.stem, shown, target, pipeline, toolchain, source, stages, stage_tcs,
                      str(model.get("description", "")), limits)
 
 
@@ -294,10 +269,9 @@ def _source_lock(value: Any, shown: str) -> str | None:
 
 
 def _load_stages(
-    table: dict[str, Any], target: str, model_tc: str | None, toolchains: set[str],
-    shown: str, root: Path, model: str, chat: bool = False,
+    table: dict[str, Any], defs: dict[str, StageDef], model_tc: str | None,
+    toolchains: set[str], shown: str, root: Path, model: str, chat: bool = False,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, StageLimits]]:
-    defs = stage_defs(target)
     _only_keys(table, defs, shown, "stages")
     stages, stage_tcs, limits = {}, {}, {}
     for name, sdef in defs.items():
@@ -389,7 +363,6 @@ DEVICE_KEYS = {
     "host_key": ParamDef(T.STR_LIST),
     "known_hosts": ParamDef(T.STR),
 }
-PIN_KEYS = {"hailort": ParamDef(T.STR, required=True), "firmware": ParamDef(T.STR, required=True)}
 RETRY_KEYS = {
     "attempts": ParamDef(T.INT, 3, minimum=1, maximum=20),
     "backoff": ParamDef(T.DURATION, 2.0),
@@ -398,7 +371,7 @@ RETRY_KEYS = {
 
 
 def _device(doc: dict[str, Any], tc: dict[str, Any], shown: str, root: Path) -> dict[str, Any]:
-    """Where the Hailo device is and what it must run: connection (with the host key it must
+    """Where the device is and what it must run: connection (with the host key it must
     present), pins, retry policy. Only the pins enter keys; the connection, the host key and
     the retry policy never do."""
     import base64
@@ -440,8 +413,11 @@ def _device(doc: dict[str, Any], tc: dict[str, Any], shown: str, root: Path) -> 
     if pinned:
         device.update(host_key=pinned, host_key_for=declared_host)
     device["kind"] = tc["kind"]
-    device["pins"] = check_params(_table(doc, "pins", shown, "pins"), PIN_KEYS, shown, "pins",
-                                  root)
+    # What the device must run (runtime, firmware: the vendor's names); they enter keys.
+    device["pins"] = _str_table(doc, "pins", shown)
+    if not device["pins"]:
+        raise SpecError(shown, "pins", "the versions the device must run, e.g. runtime and "
+                        "firmware (they enter the check's key)")
     device["retry"] = check_params(_table(doc, "retry", shown, "retry"), RETRY_KEYS, shown,
                                    "retry", root)
     if tc["kind"] == "ssh" and not device.get("host"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .checks import Checks, builtin_checks
 from .events import Outcome, read_events, read_json
 
 _LABELS = {Outcome.BUILT: "built", Outcome.RESTORED: "restored", Outcome.REMOTE: "from remote",
@@ -49,27 +50,32 @@ def summary_line(counts: dict[str, Any]) -> str:
     return "hefbuild: " + ", ".join(parts)
 
 
-def check_verdict(root: Path, task: str, failed: bool = False) -> str:
-    """A verify task's one-line result with the figures it was gated on, from its report
-    (`failed`: the report a failed run left in build/<model>/verify.failed/); '' when none."""
-    if not task.startswith("verify:"):
+def check_verdict(root: Path, task: str, failed: bool = False,
+                  checks: Checks | None = None) -> str:
+    """A check task's one-line result with the figures it was gated on, from its report
+    (`failed`: the report a failed run left in build/<model>/<stage>.failed/); '' when
+    none. `checks`: the project's (else those of hefbuild's own targets)."""
+    checks = checks or builtin_checks()
+    stage = checks.stage_of(task)
+    if stage is None:
         return ""
     model = task.split(":", 1)[1]
-    rel = f"build/{model}/verify{'.failed' if failed else ''}/report.json"
+    rel = f"build/{model}/{stage}{'.failed' if failed else ''}/report.json"
     report = read_json(root / rel)
     if report is None:
         return ""
     verdict = "passed" if report.get("passed") else "FAILED"
     if (report.get("device") or {}).get("fake"):
-        verdict += " on the HailoRT TEST DOUBLE (not a device)"
+        verdict += f" on {checks.double(stage)} (not a device)"
     return f"{task}: {verdict}, {_gated_figures(report)}; {rel}"
 
 
-def check_figures(root: Path, task: str) -> dict[str, Any]:
-    """A verify result's headline figures, for its event (the report's history)."""
-    if not task.startswith("verify:"):
+def check_figures(root: Path, task: str, checks: Checks | None = None) -> dict[str, Any]:
+    """A check result's headline figures, for its event (the report's history)."""
+    stage = (checks or builtin_checks()).stage_of(task)
+    if stage is None:
         return {}
-    report = read_json(root / "build" / task.split(":", 1)[1] / "verify" / "report.json")
+    report = read_json(root / "build" / task.split(":", 1)[1] / stage / "report.json")
     if report is None:
         return {}
     keys = ("passed", "mean_agreement", "mean_teacher_forced_agreement", "mean_logit_cosine")

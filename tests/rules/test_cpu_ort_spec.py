@@ -50,9 +50,9 @@ def test_declared_values(load) -> None:
 
 
 def test_the_hailo_verify_takes_no_new_keys(load) -> None:
-    from hefbuild.pipelines import PIPELINES
+    from hefbuild.targets import stage_defs
 
-    hailo_verify = next(s for s in PIPELINES["hailo10h"] if s.name == "verify")
+    hailo_verify = stage_defs(REPO, "hailo10h")["verify"]
     # The device gives text, not logits along the continuation: no teacher-forced gate
     # (near_tie only labels where the device's text first differs).
     assert not {"gate", "min_teacher_forced", "min_logit_cosine"} & set(hailo_verify.params)

@@ -29,14 +29,14 @@ from common import qdq_emulation as qe  # noqa: E402
 from common.action import Action  # noqa: E402
 from common.hailo_calibration import calibration_rows  # noqa: E402
 
-from hefbuild.pipelines import stage_defs  # noqa: E402
 from hefbuild.specs import load_model  # noqa: E402
+from hefbuild.targets import stage_defs  # noqa: E402
 
 np = pytest.importorskip("numpy")
 onnx = pytest.importorskip("onnx")
 
 MODEL = "tiny-hailo-llama"
-DEFS = stage_defs("hailo10h")
+DEFS = stage_defs(REPO, "hailo10h")
 TOOLCHAINS = {p.stem for p in (REPO / "toolchain").glob("*.toml")}
 DFC_STAGES = ("parse", "resources", "optimize")
 RECIPE = REPO / "rules" / "hailo" / "recipes" / "optimize.alls"

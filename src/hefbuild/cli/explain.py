@@ -1,8 +1,8 @@
 """`doit explain TASK...`: why each task would run, or that it is up to date.
 
-A TASK is a stage task (`export:tiny-llama`), an alias (`hef:smollm2`: its compile), or a
-group (`verify`: every model's). Works from any folder of the project: it needs no dodo.py
-loaded, only the project it finds up the tree.
+A TASK is a stage task (`export:tiny-llama`), a target's artifact alias (`<alias>:<model>`:
+the stage that makes it), or a group (a stage: every model's). Works from any folder of
+the project: it needs no dodo.py loaded, only the project it finds up the tree.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import sys
 from pathlib import Path
+from typing import Any
 
 from doit.cmd_base import Command
 
@@ -19,7 +20,7 @@ from ..errors import HefbuildError
 class Explain(Command):
     name = "explain"
     doc_purpose = "say why a hefbuild task would run (what changed since its last build)"
-    doc_usage = "TASK [TASK ...]   (a stage task, hef:<model>, or a group such as verify)"
+    doc_usage = "TASK [TASK ...]   (a stage task, an artifact alias, or a group: a stage)"
     doc_description = None
     cmd_options = ()
 
@@ -39,7 +40,7 @@ class Explain(Command):
             return 3
         tasks = []
         for name in pos_args:
-            found = resolve(name, list(engine.actions))
+            found = resolve(name, list(engine.actions), artifact_aliases(engine))
             if isinstance(found, str):
                 print(f"ERROR: {found}", file=sys.stderr)
                 return 3
@@ -53,12 +54,21 @@ class Explain(Command):
         return 0
 
 
-def resolve(name: str, known: list[str]) -> list[str] | str:
+def artifact_aliases(engine: Any) -> dict[str, str]:
+    """alias -> the stage that makes the artifact, as the project's targets declare them."""
+    arts = (m.pipeline.artifact for m in engine.project.models.values())
+    return {a.alias: a.stage for a in arts if a and a.alias}
+
+
+def resolve(name: str, known: list[str],
+            aliases: dict[str, str] | None = None) -> list[str] | str:
     """The stage tasks a name means, or the one-line reason it means none."""
     if name in known:
         return [name]
-    if name.startswith("hef:") and f"compile:{name[4:]}" in known:
-        return [f"compile:{name[4:]}"]
+    base, _, model = name.partition(":")
+    stage = (aliases or {}).get(base)
+    if stage and f"{stage}:{model}" in known:
+        return [f"{stage}:{model}"]
     group = [t for t in known if t.split(":", 1)[0] == name]
     if group:
         return group
