@@ -128,7 +128,7 @@ def test_a_bad_target_file_stops_the_project_and_a_model_names_only_known_target
         load_project(root, store=tmp_path / "store", strict=False)
     (root / "targets" / "toy.toml").unlink()
     with pytest.raises(SpecError, match=r"^models/m.toml: model.target: one of cpu-ort, "
-                                        r"hailo10h, got 'toy'"):
+                                        r"hailo10h, openvino, got 'toy'"):
         load_project(root, store=tmp_path / "store")
 
 
