@@ -27,8 +27,10 @@ from .events import EventLog, Outcome, peak_rss_mb, read_json
 
 if TYPE_CHECKING:
     from .executors import ExecResult, Executor, StageRun, Watch
+    from .executors.phases import PhaseTable
     from .remote.cache import RemoteCache
     from .specs import ToolchainSpec
+    from .targets import TargetSpec
 from .checks import checks_of
 from .failures import disk_error, failure_message, one_line
 from .fastpath import FastPath, Verdict, fast_path_of
@@ -70,6 +72,7 @@ class Engine:
         self.warnings: list[str] = []
         self._said_unsandboxed = False
         self._swept = False
+        self._targets: dict[str, TargetSpec] | None = None  # read when a stage first builds
         self._remote: RemoteCache | None | bool = False  # False: not set up yet
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json",
                                             self.paths.toolchains)
@@ -486,7 +489,16 @@ class Engine:
         return Watch(_env_seconds("HEFBUILD_HEARTBEAT_S", 60.0),
                      _env_seconds("HEFBUILD_SILENCE_S", 900.0), emit,
                      usual_s=usual.seconds if usual else None,
-                     usual_builds=usual.builds if usual else 0)
+                     usual_builds=usual.builds if usual else 0,
+                     phases=self._phase_table(action.target))
+
+    def _phase_table(self, target: str) -> PhaseTable | None:
+        """The target's declared phase table (loaded once, when a first stage builds)."""
+        if self._targets is None:
+            from .targets import load_targets
+            self._targets = load_targets(self.paths.root)
+        spec = self._targets.get(target)
+        return spec.phases if spec is not None else None
 
     def _record_duration(self, action: Action, record: Record) -> dict[str, Any]:
         """A built stage's run time joins the store's history (the next build's ETA);

@@ -6,7 +6,9 @@ stages that must merely succeed first (`after`), the outputs it must leave (a tr
 is a non-empty folder), its typed parameters, and the toolchain it runs in unless a model
 says otherwise. The `[target]` table says which stage is the model's check, whether checks
 are doit's default tasks, which stage's file is the deployable artifact (and the alias task
-that names it), and `[[keep]]` which outputs may be copied into the project tree.
+that names it), and `[[keep]]` which outputs may be copied into the project tree. `[watch]`
+(with `[[watch.phases]]`) is the table that names a running stage's phase from its log
+lines (hefbuild.executors.phases): handed to the watch of every stage of the target.
 
 A project's own `targets/` wins; a target it does not declare is taken from the targets
 that come with hefbuild (the `targets/` folder of its source tree), so a project holding
@@ -24,6 +26,7 @@ from typing import Any
 
 from .declfile import _only_keys, _table, read_toml
 from .errors import SpecError
+from .executors.phases import PhaseRule, PhaseTable
 from .params import ParamDef, check_value
 from .params import ParamType as T
 
@@ -45,13 +48,15 @@ COMMON_STAGE_KEYS = {
 PARAM_TYPES = {"int": T.INT, "float": T.FLOAT, "bool": T.BOOL, "str": T.STR,
                "str_list": T.STR_LIST, "file": T.FILE, "duration": T.DURATION, "size": T.SIZE}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
-_TOP_KEYS = {"target", "stages", "keep"}
+_TOP_KEYS = {"target", "stages", "keep", "watch"}
 _TARGET_KEYS = {"description", "artifact", "check", "default_checks", "test_double"}
 _ARTIFACT_KEYS = {"alias", "stage", "file", "group_doc"}
 _STAGE_KEYS = {"name", "rule", "inputs", "after", "outputs", "toolchain", "gpu", "source",
                "group_doc", "params"}
 _PARAM_KEYS = {"type", "default", "min", "max", "choices", "when", "inherit", "doc"}
 _KEEP_KEYS = {"name", "stage", "output", "dest", "group_doc"}
+_WATCH_KEYS = {"keywords", "lower", "group", "placing", "phases"}
+_PHASE_KEYS = {"pattern", "phase", "detail", "step"}
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class TargetSpec:
     test_double: str = ""
     artifact: Artifact | None = None
     keep: tuple[Keep, ...] = ()
+    phases: PhaseTable | None = None  # names a running stage's phase from its log lines
 
     def stage_defs(self) -> dict[str, StageDef]:
         return {s.name: s for s in self.stages}
@@ -150,7 +156,7 @@ def load_target(path: Path, root: Path | None = None) -> TargetSpec:
     _no_clash(stages, artifact, keep, shown)
     return TargetSpec(path.stem, shown, stages, _str(head, "description", shown, "target"),
                       check, default_checks, _str(head, "test_double", shown, "target"),
-                      artifact, keep)
+                      artifact, keep, _watch(doc.get("watch"), shown))
 
 
 def _shown(path: Path, root: Path | None) -> str:
@@ -362,3 +368,54 @@ def _no_clash(stages: tuple[StageDef, ...], artifact: Artifact | None, keep: tup
         if name in taken:
             raise SpecError(shown, where, f"a name no stage or other task has, got {name!r}")
         taken.add(name)
+
+
+def _watch(value: Any, shown: str) -> PhaseTable | None:
+    """`[watch]`: the phase table. Rule patterns match case-insensitively; `group` and
+    `placing` as written (use `(?i)` for that)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError(shown, "watch", "a table (keywords, lower, group, placing, phases)")
+    _only_keys(value, _WATCH_KEYS, shown, "watch")
+    rules = tuple(_phase_rule(t, f"watch.phases[{i}]", shown)
+                  for i, t in enumerate(_list(value, "phases", shown)))
+    words = {k: _names(value, k, "watch", shown) for k in ("keywords", "lower")}
+    group = _regex(value.get("group"), "watch.group", shown, 0)
+    if group is not None and "group" not in group.groupindex:
+        raise SpecError(shown, "watch.group", "a pattern with a named group (?P<group>...)")
+    return PhaseTable(rules, tuple(w.lower() for w in words["keywords"]), words["lower"],
+                      group, _regex(value.get("placing"), "watch.placing", shown, 0))
+
+
+def _phase_rule(table: dict[str, Any], where: str, shown: str) -> PhaseRule:
+    _only_keys(table, _PHASE_KEYS, shown, where)
+    pattern = _regex(table.get("pattern"), f"{where}.pattern", shown, re.IGNORECASE)
+    if pattern is None:
+        raise SpecError(shown, f"{where}.pattern", "a regular expression")
+    name = _str(table, "phase", shown, where)
+    if not name:
+        raise SpecError(shown, f"{where}.phase", "the phase's name")
+    detail = _str(table, "detail", shown, where)
+    try:
+        detail.format(**{g: "" for g in pattern.groupindex})
+    except (KeyError, IndexError, ValueError) as exc:
+        raise SpecError(shown, f"{where}.detail", "a format string over the pattern's named "
+                        f"groups ({', '.join(pattern.groupindex) or 'none'}), got {detail!r}"
+                        f" ({exc!r})") from exc
+    step = table.get("step", False)
+    if not isinstance(step, bool):
+        raise SpecError(shown, f"{where}.step", f"true or false, got {step!r}")
+    return PhaseRule(pattern, name, detail, step)
+
+
+def _regex(value: Any, where: str, shown: str, flags: int) -> re.Pattern[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise SpecError(shown, where, f"a regular expression, got {value!r}")
+    try:
+        return re.compile(value, flags)
+    except re.error as exc:
+        raise SpecError(shown, where, f"a valid regular expression, got {value!r} "
+                        f"({exc})") from exc

@@ -1,11 +1,21 @@
-"""The phase table (hefbuild.executors.phases) against Dataflow Compiler log lines as they
-appear in public DFC console logs, and against our own rules' lines."""
+"""The hailo10h target's declared phase table (its `[watch]`, matched by
+hefbuild.executors.phases) against Dataflow Compiler log lines as they appear in public DFC
+console logs, and against our own rules' lines; and the loading of such a table."""
 
 from __future__ import annotations
 
 import pytest
 
-from hefbuild.executors.phases import Phase, next_phase
+from hefbuild.errors import SpecError
+from hefbuild.executors import phases
+from hefbuild.executors.phases import Phase
+from hefbuild.targets import BUILTIN_TARGETS, load_target
+
+TABLE = load_target(BUILTIN_TARGETS / "hailo10h.toml").phases
+
+
+def next_phase(current: Phase | None, line: str) -> Phase | None:
+    return phases.next_phase(TABLE, current, line)
 
 CASES = [
     ("[info] Translation started on ONNX model tiny_llama", "parsing, tiny_llama"),
@@ -75,3 +85,25 @@ def test_placement_steps_stay_under_the_group_being_placed():
     phase = next_phase(phase, "[info] Validating m__prefill_context_0 layer by layer")
     assert phase.text == "placement of m__prefill, context 0"
     assert next_phase(phase, "[info] Building HEF...") == Phase("building HEF")
+
+
+def test_a_target_without_a_table_names_no_phase():
+    assert phases.next_phase(None, None, "[info] Building HEF...") is None
+    assert load_target(BUILTIN_TARGETS / "cpu-ort.toml").phases is None
+
+
+@pytest.mark.parametrize(("watch", "key"), [
+    ("[[watch.phases]]\npattern = 'Iteration #(?P<it>\\d+'\nphase = 'x'\n",
+     "watch.phases[0].pattern"),
+    ("[[watch.phases]]\npattern = 'a (?P<n>b)'\nphase = 'x'\ndetail = '{m}'\n",
+     "watch.phases[0].detail"),
+    ("[watch]\ngroup = '(unclosed'\n", "watch.group"),
+    ("[watch]\ngroup = 'no_named_group'\n", "watch.group"),
+])
+def test_a_bad_table_is_a_one_line_error_naming_file_and_key(tmp_path, watch, key):
+    good = (BUILTIN_TARGETS / "cpu-ort.toml").read_text()
+    path = tmp_path / "npu.toml"
+    path.write_text(good + "\n" + watch)
+    with pytest.raises(SpecError) as err:
+        load_target(path)
+    assert err.value.key == key and "npu.toml" in str(err.value) and "\n" not in str(err.value)

@@ -37,7 +37,6 @@ PENDING = {
     "report_checks.py": "the cpu-ort / device / fidelity report kinds",
     "report_html.py": "the verify check and the Hailo device wording of the report page",
     "images.py": "the Developer Zone hint for a missing wheel (a container test expects it)",
-    "executors/phases.py": "the DFC phase table (regex -> phase), not yet in the toolchain",
 }
 
 

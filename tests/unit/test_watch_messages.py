@@ -6,6 +6,10 @@ from pathlib import Path
 
 from hefbuild.executors import Watch
 from hefbuild.executors.watch import OWN_PREFIX, StageWatch, message
+from hefbuild.targets import BUILTIN_TARGETS, load_target
+
+# The phases of the DFC's log lines: hailo10h's declared table.
+PHASES = load_target(BUILTIN_TARGETS / "hailo10h.toml").phases
 
 MIB = 1 << 20
 LAST = "Context:0/3 Iteration 4: Trying parallel mapping..."
@@ -73,7 +77,8 @@ def test_silence_past_the_usual_length_says_both():
 def watch(tmp_path: Path, interval: float = 1.0, silence: float = 3.0, **kw) -> StageWatch:
     log = tmp_path / "log.txt"
     log.write_text("")
-    return StageWatch(Watch(interval_s=interval, silence_s=silence, **kw), log, started=0.0)
+    return StageWatch(Watch(interval_s=interval, silence_s=silence, phases=PHASES, **kw), log,
+                      started=0.0)
 
 
 def run(w: StageWatch, until: float, cpu_rate, step: float = 0.1) -> list[dict]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from .phases import PhaseTable
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -38,6 +40,8 @@ class Watch:
     # the heartbeat gives an ETA and calls out a stage running far longer (hefbuild.history).
     usual_s: float | None = None
     usual_builds: int = 0
+    # The stage's target's phase table (hefbuild.targets): names the phase its log announces.
+    phases: PhaseTable | None = None
 
 
 @dataclass(frozen=True)

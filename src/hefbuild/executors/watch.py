@@ -12,7 +12,8 @@ processes of its own, so it is tested with plain numbers.
 - With the usual length from earlier builds (`Watch.usual_s`), the elapsed time reads
   `1 h 10 of about 3 h 30 (median of 2 earlier builds)`; a stage past `OVERDUE_RATIO`
   times the usual and `OVERDUE_S` more is called out: `running 2.1× longer than usual`.
-- Every new log line is matched against the phase table (`phases.py`); the beat names the
+- Every new log line is matched against the target's phase table (`phases.py`, declared
+  in its `[watch]`); the beat names the
   latest phase and how long it has lasted: `phase: placement of m__tbt (since 42 min)`.
 """
 
@@ -157,7 +158,7 @@ class StageWatch:
 
     def _see(self, line: str, now: float) -> None:
         """A new line of the stage's output: the phase it announces, if any."""
-        phase = next_phase(self.phase, line)
+        phase = next_phase(self.watch.phases, self.phase, line)
         if phase is None or phase == self.phase:
             return
         if self.phase is None or phase.name != self.phase.name:
