@@ -2,8 +2,8 @@
 
 The lock (`toolchain/<name>.lock.json`, committed) is what keys use: the image ID, plus
 the digest of the build context it was built from, so `doit image:X` knows when a rebuild
-is due. User-supplied files named in the toolchain's `[wheels]` (e.g. the Dataflow
-Compiler wheel from Hailo's Developer Zone, which is never committed) are checked against
+is due. User-supplied files named in the toolchain's `[wheels]` (a proprietary wheel, never
+committed; `toolchain.wheels_source` says where it is downloaded from) are checked against
 their declared SHA-256 before anything is built.
 
 The build's output reaches the terminal line by line as the engine sends it, each line
@@ -44,14 +44,15 @@ def check_wheels(project: Project, spec: ToolchainSpec) -> None:
         if not path.is_file():
             check = (f"its SHA-256 must be {sha}" if sha else
                      f"then declare its SHA-256 under [wheels] in {spec.file}")
+            source = spec.wheels_source or "its vendor"
             raise HefbuildError(
-                f"{spec.file}: wheels.{name}: {rel} is missing; download it from Hailo's "
-                f"Developer Zone (hailo.ai, an account is needed) and put it there; {check}")
+                f"{spec.file}: wheels.{name}: {rel} is missing; download it from {source} "
+                f"and put it there; {check}")
         actual = sha256_file(path).hex
         if not sha:
             raise HefbuildError(
                 f"{spec.file}: wheels.{name}: no SHA-256 declared; {rel} has {actual}: check "
-                f"it against Hailo's download page, then declare it in {spec.file}")
+                f"it against the download page, then declare it in {spec.file}")
         if actual != sha:
             raise HefbuildError(f"{spec.file}: wheels.{name}: {rel} has SHA-256 {actual}, "
                                 f"expected {sha} (a different release or a corrupt download)")

@@ -107,6 +107,8 @@ class ToolchainSpec:
     wheels: dict[str, str] = field(default_factory=dict)  # docker: file -> sha256
     device: dict[str, Any] = field(default_factory=dict)  # ssh/local: see _device
     venv: dict[str, str] = field(default_factory=dict)  # venv: python (base), requirements
+    # docker: where a missing wheel is downloaded from (said when one is missing); no key
+    wheels_source: str = ""
 
 
 LIMIT_KEYS = {
@@ -296,7 +298,8 @@ _DEVICE_KEYS = {"kind", "interpreter", "description", "host", "user", "port", "k
 _TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description"},
                    "ssh": _DEVICE_KEYS,
                    "local": _DEVICE_KEYS - {"host", "user", "port", "host_key", "known_hosts"},
-                   "docker": {"kind", "interpreter", "description", "context", "tag", "image"},
+                   "docker": {"kind", "interpreter", "description", "context", "tag", "image",
+                              "wheels_source"},
                    "venv": {"kind", "python", "requirements", "description"}}
 
 
@@ -330,7 +333,15 @@ def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
                             "gets the hub's token from there")
     return ToolchainSpec(path.stem, shown, kind, interpreter, _str_table(doc, "packages", shown),
                          env, str(tc.get("description", "")),
-                         limits, image, wheels, device, venv)
+                         limits, image, wheels, device, venv,
+                         _wheels_source(tc, shown))
+
+
+def _wheels_source(tc: dict[str, Any], shown: str) -> str:
+    value = tc.get("wheels_source", "")
+    if not isinstance(value, str):
+        raise SpecError(shown, "toolchain.wheels_source", f"a string, got {value!r}")
+    return value
 
 
 def _venv(tc: dict[str, Any], shown: str, root: Path) -> dict[str, str]:

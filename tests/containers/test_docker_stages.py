@@ -187,11 +187,15 @@ def test_unpinned_toolchain_says_how_to_pin_it(box: Path):
 def test_missing_or_wrong_wheel_is_refused_before_building(box: Path):
     sha = "ab" * 32
     tc = box / "toolchain/box.toml"
-    tc.write_text(tc.read_text() + f'\n[wheels]\n"dfc-5.3.0.whl" = "{sha}"\n')
+    source = "Hailo's Developer Zone (hailo.ai, an account is needed)"
+    head = f'[toolchain]\nwheels_source = "{source}"\n'
+    tc.write_text(tc.read_text().replace("[toolchain]\n", head)
+                  + f'\n[wheels]\n"dfc-5.3.0.whl" = "{sha}"\n')
     with pytest.raises(HefbuildError) as err:
         pin(box)
     assert "wheels.dfc-5.3.0.whl: images/box/dfc-5.3.0.whl is missing" in str(err.value)
-    assert "Developer Zone" in str(err.value) and sha in str(err.value)
+    assert f"download it from {source} and put it there" in str(err.value)
+    assert sha in str(err.value)
     (box / "images/box/dfc-5.3.0.whl").write_bytes(b"not the wheel")
     with pytest.raises(HefbuildError) as err:
         pin(box)

@@ -36,7 +36,6 @@ PENDING = {
     "report.py": "CHECK_FILES names the verify and fidelity reports",
     "report_checks.py": "the cpu-ort / device / fidelity report kinds",
     "report_html.py": "the verify check and the Hailo device wording of the report page",
-    "images.py": "the Developer Zone hint for a missing wheel (a container test expects it)",
 }
 
 
