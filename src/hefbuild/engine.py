@@ -28,6 +28,7 @@ from .events import EventLog, Outcome, peak_rss_mb, read_json
 if TYPE_CHECKING:
     from .executors import ExecResult, Executor, StageRun, Watch
     from .executors.phases import PhaseTable
+    from .executors.ray import RayCluster
     from .remote.cache import RemoteCache
     from .specs import ToolchainSpec
     from .targets import TargetSpec
@@ -74,6 +75,7 @@ class Engine:
         self._swept = False
         self._targets: dict[str, TargetSpec] | None = None  # read when a stage first builds
         self._remote: RemoteCache | None | bool = False  # False: not set up yet
+        self._cluster: RayCluster | None = None  # [executor] kind = "ray": made when used
         self.toolchains = ToolchainResolver(self.paths.state / "toolchains.json",
                                             self.paths.toolchains)
         # One executor per toolchain kind, made when a stage first runs; a given executor
@@ -281,15 +283,17 @@ class Engine:
                     fetched = self._fetch(action, key)
                     if fetched is not None:
                         return self._install(action, key, Outcome.REMOTE, *fetched, start)
-            record = self._build(action, key, start)
+            record, extra = self._build(action, key, start)
         self._upload(record)
-        return Outcome.BUILT, record, {}
+        return Outcome.BUILT, record, extra
 
     def _install(self, action: Action, key: ActionKey, outcome: Outcome, record: Record,
                  extra: dict[str, Any], start: float,
                  ) -> tuple[Outcome, Record, dict[str, Any]]:
         self._register()
         manifest = _manifest(action, key, record, outcome, time.monotonic() - start)
+        if "ran_on" in extra:
+            manifest["ran_on"] = extra["ran_on"]  # the cluster node that built it
         self._materialize(action, record, manifest)
         self.store.touch(key.hex)
         return outcome, record, extra
@@ -346,7 +350,8 @@ class Engine:
             self.progress(f"[hefbuild] {action.task}: another process is building key "
                           f"{key.hex[:12]}…; waiting to restore its result")
 
-    def _build(self, action: Action, key: ActionKey, start: float) -> Record:
+    def _build(self, action: Action, key: ActionKey,
+               start: float) -> tuple[Record, dict[str, Any]]:
         tc = self.project.toolchains[action.toolchain]
         self.toolchains.check(tc)
         self._sweep_once()
@@ -375,12 +380,13 @@ class Engine:
                 self._keep_failed_run(action, running, stage.out)
                 raise
             bound_log(running, scratch / LOG, log_limit())
+            extra = {"node": result.node["name"], "ran_on": result.node} if result.node else {}
             with self.store_lock.shared():
                 record = self._store_result(action, key, result, outputs, scratch / LOG,
                                             "docker" if stage.image else result.isolation)
-                self._install(action, key, Outcome.BUILT, record, {}, start)
+                self._install(action, key, Outcome.BUILT, record, extra, start)
             running.unlink(missing_ok=True)
-        return record
+        return record, {k: v for k, v in extra.items() if k == "node"}
 
     def _follow(self, running: Path) -> AbstractContextManager[Any]:
         """`doit -v 2` streams the rule's output as it runs (doit shows nothing of it)."""
@@ -454,7 +460,17 @@ class Engine:
             scratch=scratch, env=dict(tc.env), limits=stage_limits(action, tc),
             watch=self._watch(action, key),
             image=key.description["toolchain"].get("image_id"),
+            digests=self._read_digests(action, key),
         )
+
+    def _read_digests(self, action: Action, key: ActionKey) -> dict[Path, str]:
+        """Where each file the key names is, with its digest (a cluster moves them by it)."""
+        d = key.description
+        found = {self.paths.root / "build" / action.model / rel: digest
+                 for rel, digest in d["inputs"].items()}
+        found.update({self.paths.root / f["path"]: f["digest"] for f in d["files"].values()})
+        found.update({self.paths.rules / rel: digest for rel, digest in d["rule"].items()})
+        return found
 
     def _source_dir(self, action: Action) -> dict[str, Path]:
         """The source stage of a local source reads its folder (read-only in the sandbox); the
@@ -511,6 +527,19 @@ class Engine:
         return fields
 
     def _executor(self, kind: str) -> Executor:
+        local = self._local_executor(kind)
+        if self.project.settings.executor.kind != "ray":
+            return local
+        if f"ray-{kind}" not in self._executors:
+            from .executors.ray import RayCluster, RayExecutor  # ray only when configured
+
+            if self._cluster is None:
+                self._cluster = RayCluster(self.project.settings.executor.address)
+            self._executors[f"ray-{kind}"] = RayExecutor(
+                self._cluster, kind, local, self.project.settings.cache, self.store)
+        return self._executors[f"ray-{kind}"]
+
+    def _local_executor(self, kind: str) -> Executor:
         if kind in ("host", "ssh", "local", "venv") and kind not in self._executors:
             from .executors import HostExecutor  # a device stage's rule runs here too
 

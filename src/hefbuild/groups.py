@@ -31,6 +31,8 @@ def task_line(task: str, values: dict[str, Any]) -> str:
     detail = human_seconds(seconds)
     if outcome == "built" and values.get("peak_rss_mb"):
         detail += f", peak {values['peak_rss_mb']:.0f} MiB"
+    if outcome == "built" and values.get("node"):
+        detail += f", on {values['node']}"
     elif outcome == "remote":
         detail = (f"{human_bytes(values.get('bytes', 0))} in "
                   f"{float(values.get('remote_seconds', 0.0)):.2f} s, verified")

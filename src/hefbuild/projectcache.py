@@ -25,7 +25,7 @@ from .plan import plan_model
 from .project import Project, load_project
 from .targets import BUILTIN_TARGETS, TARGETS_DIR
 
-FORMAT = 3  # 3: a model carries its target's declaration
+FORMAT = 4  # 4: stages and toolchains carry resources
 _LOADER_CODE = ("specs.py", "params.py", "targets.py", "declfile.py", "project.py", "plan.py",
                 "projectcache.py")
 

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from .errors import SpecError
 from .executors import Limits
 from .plan import Action
+from .resources import merged
 from .specs import ToolchainSpec
 
 DEFAULT_TIMEOUT_S = 48 * 3600.0  # a 30-layer compile takes 4.5 h; this catches true hangs
@@ -23,7 +24,8 @@ def stage_limits(action: Action, tc: ToolchainSpec) -> Limits:
     timeout = action.limits.timeout_s or declared.get("timeout") or DEFAULT_TIMEOUT_S
     memory = action.limits.memory_bytes or declared.get("memory") or default_memory_cap()
     return Limits(timeout_s=timeout, memory_bytes=memory, cpus=declared.get("cpus"),
-                  gpu=action.limits.gpu)
+                  gpu=action.limits.gpu,
+                  resources=merged(tc.resources, action.limits.resources))
 
 
 def default_memory_cap() -> int:

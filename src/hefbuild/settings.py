@@ -14,10 +14,15 @@ messages show.
     trusted_keys = ["ci-2026:BASE64PUBLICKEY"]       # accept only entries signed by these
     signing_key = "/path/to/ci.secret"               # sign uploads (usually from the env)
 
+    [executor]
+    kind = "ray"                                     # stages on a Ray cluster (default: local)
+    address = "ray://head.example.org:10001"         # or "auto"; HEFBUILD_RAY_ADDRESS wins
+
 Environment (CI runners): HEFBUILD_SANDBOX, HEFBUILD_REMOTE_CACHE, HEFBUILD_REMOTE_UPLOAD,
 HEFBUILD_REMOTE_TIMEOUT, HEFBUILD_TRUSTED_KEYS (comma-separated), HEFBUILD_SIGNING_KEY (a
 key file), HEFBUILD_REMOTE_TOKEN (bearer), HEFBUILD_REMOTE_USER + HEFBUILD_REMOTE_PASSWORD
-(basic), HEFBUILD_REMOTE_CA_BUNDLE (PEM file).
+(basic), HEFBUILD_REMOTE_CA_BUNDLE (PEM file), HEFBUILD_RAY_ADDRESS (stages on that Ray
+cluster), HEFBUILD_EXECUTOR (`local` runs everything here whatever the file says).
 """
 
 from __future__ import annotations
@@ -71,24 +76,56 @@ class CacheSettings:
 
 
 @dataclass(frozen=True)
+class ExecutorSettings:
+    kind: str = "local"  # "local" or "ray"
+    address: str | None = None  # the Ray cluster; None: ray's own default ("auto")
+
+
+@dataclass(frozen=True)
 class Settings:
     cache: CacheSettings = field(default_factory=CacheSettings)
     sandbox: bool = True  # host stages in bubblewrap; false only by the project's choice
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
 
 
 def load_settings(root: Path, env: dict[str, str] | None = None) -> Settings:
     env = dict(os.environ) if env is None else env
     path = root / SETTINGS_FILE
     doc = _read(path) if path.is_file() else {}
-    unknown = set(doc) - {"cache", "sandbox"}
+    unknown = set(doc) - {"cache", "sandbox", "executor"}
     if unknown:
         raise SpecError(SETTINGS_FILE, sorted(unknown)[0],
-                        "unknown key (expected: [cache], sandbox)")
+                        "unknown key (expected: [cache], [executor], sandbox)")
     table = doc.get("cache", {})
     if not isinstance(table, dict):
         raise SpecError(SETTINGS_FILE, "cache", f"a table, got {type(table).__name__}")
     return Settings(_cache(table, env, root), _sandbox(env.get("HEFBUILD_SANDBOX",
-                                                              doc.get("sandbox", True))))
+                                                              doc.get("sandbox", True))),
+                    _executor(doc.get("executor", {}), env))
+
+
+EXECUTOR_KINDS = ("local", "ray")
+
+
+def _executor(table: Any, env: dict[str, str]) -> ExecutorSettings:
+    """The file's [executor]; HEFBUILD_RAY_ADDRESS alone turns the cluster on."""
+    if not isinstance(table, dict):
+        raise SpecError(SETTINGS_FILE, "executor", f"a table, got {type(table).__name__}")
+    unknown = set(table) - {"kind", "address"}
+    if unknown:
+        raise SpecError(SETTINGS_FILE, f"executor.{sorted(unknown)[0]}",
+                        "unknown key (expected: kind, address)")
+    kind = env.get("HEFBUILD_EXECUTOR") or table.get("kind", "local")
+    address = env.get("HEFBUILD_RAY_ADDRESS") or table.get("address")
+    if kind not in EXECUTOR_KINDS:
+        raise SpecError(SETTINGS_FILE, "executor.kind (or HEFBUILD_EXECUTOR)",
+                        f"one of {', '.join(EXECUTOR_KINDS)}, got {kind!r}")
+    if address is not None and (not isinstance(address, str) or not address.strip()):
+        raise SpecError(SETTINGS_FILE, "executor.address (or HEFBUILD_RAY_ADDRESS)",
+                        f"a Ray address like \"host:6379\" or \"auto\", got {address!r}")
+    if env.get("HEFBUILD_RAY_ADDRESS") and "HEFBUILD_EXECUTOR" not in env:
+        kind = "ray"
+    return ExecutorSettings(kind, address.strip() if address else None)
 
 
 def _sandbox(value: Any) -> bool:
@@ -235,3 +272,12 @@ def _from_netrc(host: str, env: dict[str, str]) -> Credentials:
         return Credentials()
     login, _account, password = found
     return Credentials(user=login or "", password=password or "")
+
+
+def worker_cache(remote: str, timeout_s: float, env: dict[str, str] | None = None,
+                 ) -> CacheSettings:
+    """The cache as a cluster node reaches it: the driver sends the URL only; credentials
+    are the node's own (its environment or ~/.netrc), never carried with a task."""
+    env = dict(os.environ) if env is None else env
+    return CacheSettings(remote, timeout_s=timeout_s,
+                         credentials=_credentials(remote, Credentials(), env))

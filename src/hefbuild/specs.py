@@ -16,6 +16,8 @@ from .declfile import _only_keys, _table, read_toml
 from .errors import SpecError
 from .params import ParamDef, check_value, normalize
 from .params import ParamType as T
+from .resources import KEY as RESOURCES
+from .resources import merged, parse_resources
 from .targets import COMMON_STAGE_KEYS, StageDef, TargetSpec, load_targets
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -77,6 +79,7 @@ class StageLimits:
     timeout_s: float | None = None
     memory_bytes: int | None = None
     gpu: bool = False
+    resources: dict[str, float] = field(default_factory=dict)  # the target's, then the model's
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class ToolchainSpec:
     venv: dict[str, str] = field(default_factory=dict)  # venv: python (base), requirements
     # docker: where a missing wheel is downloaded from (said when one is missing); no key
     wheels_source: str = ""
+    resources: dict[str, float] = field(default_factory=dict)  # every stage's in it (no key)
 
 
 LIMIT_KEYS = {
@@ -283,11 +287,13 @@ def _load_stages(
         given = {**{k: stages[p.inherit][k] for k, p in sdef.params.items()
                     if p.inherit in stages and k in stages[p.inherit]}, **given}
         schema = {**sdef.params, **COMMON_STAGE_KEYS}
+        resources = merged(sdef.resources, parse_resources(
+            given.pop(RESOURCES, {}), shown, f"stages.{name}.resources"))
         resolved = check_params(given, schema, shown, f"stages.{name}", root, model)
         tc = resolved.pop("toolchain") if "toolchain" in resolved else model_tc or sdef.toolchain
         stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"stages.{name}.toolchain")
         limits[name] = StageLimits(resolved.pop("timeout", None), resolved.pop("memory", None),
-                                   resolved.pop("gpu", sdef.gpu))
+                                   resolved.pop("gpu", sdef.gpu), resources)
         stages[name] = resolved
     return stages, stage_tcs, limits
 
@@ -306,8 +312,8 @@ _TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description"},
 def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
     shown = path.relative_to(root).as_posix()
     doc = read_toml(path, shown)
-    _only_keys(doc, {"toolchain", "packages", "env", "limits", "wheels", "pins", "retry"},
-               shown, "")
+    _only_keys(doc, {"toolchain", "packages", "env", "limits", "wheels", "pins", "retry",
+                     RESOURCES}, shown, "")
     tc = _table(doc, "toolchain", shown, "toolchain")
     kind = tc.get("kind")
     if kind not in TOOLCHAIN_KINDS:
@@ -334,7 +340,8 @@ def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
     return ToolchainSpec(path.stem, shown, kind, interpreter, _str_table(doc, "packages", shown),
                          env, str(tc.get("description", "")),
                          limits, image, wheels, device, venv,
-                         _wheels_source(tc, shown))
+                         _wheels_source(tc, shown),
+                         parse_resources(doc.get(RESOURCES, {}), shown, RESOURCES))
 
 
 def _wheels_source(tc: dict[str, Any], shown: str) -> str:

@@ -29,6 +29,8 @@ from .errors import SpecError
 from .executors.phases import PhaseRule, PhaseTable
 from .params import ParamDef, check_value
 from .params import ParamType as T
+from .resources import KEY as RESOURCES
+from .resources import parse_resources
 
 TARGETS_DIR = "targets"
 # hefbuild's own declarations: in the source tree next to src/, like the project's folders.
@@ -52,7 +54,7 @@ _TOP_KEYS = {"target", "stages", "keep", "watch"}
 _TARGET_KEYS = {"description", "artifact", "check", "default_checks", "test_double"}
 _ARTIFACT_KEYS = {"alias", "stage", "file", "group_doc"}
 _STAGE_KEYS = {"name", "rule", "inputs", "after", "outputs", "toolchain", "gpu", "source",
-               "group_doc", "params"}
+               "group_doc", "params", RESOURCES}
 _PARAM_KEYS = {"type", "default", "min", "max", "choices", "when", "inherit", "doc"}
 _KEEP_KEYS = {"name", "stage", "output", "dest", "group_doc"}
 _WATCH_KEYS = {"keywords", "lower", "group", "placing", "phases"}
@@ -73,6 +75,7 @@ class StageDef:
     after: tuple[str, ...] = ()
     source: bool = False  # reads the model's [source] (the only stage with network access)
     group_doc: str = ""  # what `doit list` says of the group of this stage
+    resources: dict[str, float] = field(default_factory=dict)  # where it may run (no key)
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,8 @@ def _stage(table: dict[str, Any], where: str, earlier: list[str], shown: str,
     return StageDef(name, rule, inputs, outputs, params,
                     _str(table, "toolchain", shown, where, "host"), flags["gpu"],
                     _names(table, "after", where, shown), flags["source"],
-                    _str(table, "group_doc", shown, where))
+                    _str(table, "group_doc", shown, where),
+                    parse_resources(table.get(RESOURCES, {}), shown, f"{where}.{RESOURCES}"))
 
 
 def _names(table: dict[str, Any], key: str, where: str, shown: str) -> tuple[str, ...]:

@@ -26,6 +26,8 @@ class Limits:
     memory_bytes: int | None = None
     cpus: float | None = None
     gpu: bool = False
+    # What the node that runs it must offer (hefbuild.resources); only a cluster looks.
+    resources: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ class StageRun:
     network: bool = False  # fetch alone reaches the network (and gets the hub credentials)
     writable: tuple[Path, ...] = ()  # beyond out/ and work/ (fetch: the Hugging Face cache)
     log_file: Path | None = None  # where the rule's output streams (default scratch/log.txt)
+    # The SHA-256 of every file the stage reads (inputs, file parameters, rule code), as the
+    # key has them: a cluster moves them by digest without hashing them again.
+    digests: dict[Path, str] = field(default_factory=dict)
 
     @property
     def out(self) -> Path:
@@ -107,6 +112,7 @@ class ExecResult:
     cpu_seconds: float = 0.0
     killed_for: str | None = None  # "timeout" or "memory" when a limit ended the stage
     isolation: str = "none"  # what kept the rule in: "bwrap", "docker" or "none"
+    node: dict[str, Any] | None = None  # a cluster's node that ran it (name, id, address)
 
 
 class Executor(Protocol):

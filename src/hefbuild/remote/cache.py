@@ -21,7 +21,6 @@ is switched off for the rest of the invocation with one warning; the build goes 
 from __future__ import annotations
 
 import hashlib
-import random
 import socket
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..store import Record, Store
+from .cas import BlobStore, WrongBytes, retry
 from .reapi import (
     ActionResultMessage,
     BlobRef,
@@ -45,7 +45,6 @@ RECORD_PATH = ".hefbuild/record.json"
 SIGNATURE_TYPE = "type.hefbuild.dev/hefbuild.v1.Signature"
 ENTRY_LIMIT = 4 << 20  # an ActionResult of ours is a few KB
 RECORD_LIMIT = 16 << 20
-ATTEMPTS = 3
 T = TypeVar("T")
 
 
@@ -70,6 +69,7 @@ class RemoteCache:
         self.settings = settings
         self.shown = settings.shown
         self._t = transport or transport_for(settings)
+        self._blobs = BlobStore(settings, self._t)
         self._warn = warn
         self._off: Problem | None = None
         self._upload_off = not settings.upload
@@ -145,20 +145,12 @@ class RemoteCache:
                 raise _Miss()  # the server evicted it: a miss, never a half restore
 
     def _download(self, digest: str, store: Store, task: str) -> int:
-        with store.incoming() as (path, out):
-            hasher = hashlib.sha256()
-
-            def sink(chunk: bytes | memoryview) -> None:
-                hasher.update(chunk)
-                out.write(chunk)
-
-            size = self._t.get(f"cas/{digest}", sink)
-            out.close()
-            if size is None:
-                raise _Miss()
-            if hasher.hexdigest() != digest:
-                raise _Miss(_wrong_bytes(digest, hasher.hexdigest(), task))
-            store.put_verified(path, digest)
+        try:
+            size = self._blobs.download(digest, store)
+        except WrongBytes as exc:
+            raise _Miss(_wrong_bytes(exc.expected, exc.actual, task)) from None
+        if size is None:
+            raise _Miss()
         return size
 
     def _small(self, path: str, limit: int) -> bytes | None:
@@ -237,14 +229,7 @@ class RemoteCache:
     # -- failures --------------------------------------------------------------------
 
     def _retry(self, call: Callable[..., T], *args: object) -> T:
-        for attempt in range(ATTEMPTS):
-            try:
-                return call(*args)
-            except RemoteError as exc:
-                if not exc.transient or attempt == ATTEMPTS - 1:
-                    raise
-                time.sleep(0.2 * 2 ** attempt * (1 + random.random()))
-        raise AssertionError("unreachable")
+        return retry(call, *args)
 
     def _switch_off(self, exc: RemoteError, doing: str) -> None:
         """One warning, then no more requests of that kind in this invocation."""
