@@ -16,22 +16,20 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .events import Outcome, read_events, read_json
-from .report_checks import CheckKind, PromptFigures, check_kind, number, read_check
+from .report_checks import Answerer, CheckKind, PromptFigures, check_kind, number, read_check
 
 if TYPE_CHECKING:
-    from .targets import TargetSpec
+    from .targets import StageReport, TargetSpec
 
 REPORT_DIR = "build/report"
 HISTORY = f"{REPORT_DIR}/history.jsonl"
 EVENT_LOGS = ("build/events.2.jsonl", "build/events.1.jsonl", "build/events.jsonl")  # oldest first
-# The stages whose report a person reads, and the file it is in.
-CHECK_FILES = {"verify": "report.json", "fidelity": "fidelity.json"}
 KEY_SHOWN = 12
 PLOTTED = 60  # the most recent builds (and checked results) a history plot shows
 
@@ -49,6 +47,12 @@ class StageState(str, Enum):
 class Chain:
     target: str
     stages: tuple[str, ...]
+    # What the target declares of its reports: stage -> the file a person reads, and its
+    # title; the stage whose report is the model's verdict; how a device check names who
+    # answered it.
+    reports: Mapping[str, StageReport] = field(default_factory=dict)
+    check: str | None = None
+    answerer: Answerer = field(default_factory=Answerer)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class Stage:
 class Check:
     stage: str
     kind: CheckKind
+    title: str  # the target's words for what the check compares
+    answerer: Answerer
     path: str  # project-relative: the report the figures come from
     failed_run: bool  # from <stage>.failed/: the last run failed
     fake_device: bool
@@ -128,6 +134,7 @@ class ModelReport:
     checks: tuple[Check, ...]
     history: tuple[StageHistory, ...]
     agreement: tuple[AgreementPoint, ...]
+    check: str | None = None  # the target's verdict stage: the model's badge
 
     @property
     def touched(self) -> bool:
@@ -154,7 +161,13 @@ def chains_of(targets: Mapping[str, str],
     from .targets import load_targets
 
     specs = load_targets(None) if declared is None else declared
-    return {name: Chain(t, tuple(s.name for s in specs[t].stages)) for name, t in targets.items()}
+    return {name: chain_of(specs[t]) for name, t in targets.items()}
+
+
+def chain_of(spec: TargetSpec) -> Chain:
+    reports = {s.name: s.report for s in spec.stages if s.report is not None}
+    return Chain(spec.name, tuple(s.name for s in spec.stages), reports, spec.check,
+                 Answerer(spec.device, spec.test_double))
 
 
 def wanted(chains: Mapping[str, Chain]) -> tuple[list[str], list[str]]:
@@ -165,8 +178,9 @@ def wanted(chains: Mapping[str, Chain]) -> tuple[list[str], list[str]]:
             base = f"build/{model}/{stage}"
             files.append(f"{base}/manifest.json")
             logs += [f"{base}.failed.log", f"{base}.running.log"]
-            if stage in CHECK_FILES:
-                files += [f"{base}/{CHECK_FILES[stage]}", f"{base}.failed/{CHECK_FILES[stage]}"]
+            if stage in chain.reports:
+                file = chain.reports[stage].file
+                files += [f"{base}/{file}", f"{base}.failed/{file}"]
     return files, logs
 
 
@@ -247,12 +261,12 @@ def model_report(name: str, chain: Chain, snap: Snapshot, past: Past,
     tasks = {s: past.lines.get(f"{s}:{name}", []) for s in chain.stages}
     stages = tuple(stage_of(name, s, snap, tasks[s], past.last.get(f"{s}:{name}"))
                    for s in chain.stages)
-    checks = tuple(c for s in chain.stages if s in CHECK_FILES
-                   if (c := check_of(name, s, chain.target, snap, tasks[s])) is not None)
+    checks = tuple(c for s in chain.stages if s in chain.reports
+                   if (c := check_of(name, s, chain, snap, tasks[s])) is not None)
     history = tuple(stage_history(s, tasks[s]) for s in chain.stages)
     rows = merge_history(past.checks, history_rows(name, checks, made))[0]
     return ModelReport(name, chain.target, stages, checks, history,
-                       agreement_points(name, rows))
+                       agreement_points(name, rows), chain.check)
 
 
 def stage_of(model: str, stage: str, snap: Snapshot, lines: list[dict[str, Any]],
@@ -280,22 +294,23 @@ def stage_of(model: str, stage: str, snap: Snapshot, lines: list[dict[str, Any]]
                  manifest.get("peak_rss_mb"), manifest.get("key"), last_run)
 
 
-def check_of(model: str, stage: str, target: str, snap: Snapshot,
+def check_of(model: str, stage: str, chain: Chain, snap: Snapshot,
              lines: list[dict[str, Any]]) -> Check | None:
-    """The figures of a check stage: of its failed run when it left one (a success removes
-    `<stage>.failed/`), else of its result in build/."""
-    file = CHECK_FILES[stage]
+    """The figures of a stage's declared report: of its failed run when it left one (a
+    success removes `<stage>.failed/`), else of its result in build/."""
+    declared = chain.reports[stage]
+    file = declared.file
     failed_path, path = f"build/{model}/{stage}.failed/{file}", f"build/{model}/{stage}/{file}"
     failed = failed_path in snap.files
     report = snap.files.get(failed_path if failed else path)
     if report is None:
         return None
-    kind = check_kind(stage, target, report)
+    kind = check_kind(report)
     manifest = snap.files.get(f"build/{model}/{stage}/manifest.json") or {}
     key = _last_failed_key(lines) if failed else manifest.get("key")
-    (figures, threshold, means), prompts = read_check(kind, report)
+    (figures, threshold, means), prompts = read_check(kind, report, chain.answerer)
     return Check(
-        stage, kind, failed_path if failed else path, failed,
+        stage, kind, declared.title, chain.answerer, failed_path if failed else path, failed,
         bool((report.get("device") or {}).get("fake")),
         False if failed else report.get("passed"), figures, prompts, threshold,
         str(report.get("note") or ""), key, _first_time(lines, key), *means,

@@ -1,8 +1,9 @@
-"""What a check's report says, per kind of check: its gated means and its prompts' figures.
+"""What a check's report says, per kind of report: its gated means and its prompts' figures.
 
-A cpu-ort `verify` report, a hailo10h `verify` report (the device, or the HailoRT test double
-when `device.fake`) and a `fidelity` report (a CPU emulation) name their figures differently;
-here they become the same few views.
+A candidate compared with float32 transformers on the build machine, a device's answers (or
+its test double's, when `device.fake`) and a CPU emulation of a recipe name their figures
+differently; here they become the same few views. The kind is read from the keys the report
+holds, and the device's names from its target's declaration: this module knows neither.
 """
 
 from __future__ import annotations
@@ -13,15 +14,36 @@ from typing import Any
 
 
 class CheckKind(str, Enum):
-    CPU_ORT = "cpu-ort"  # int8 ONNX Runtime against float32 transformers
-    DEVICE = "device"  # the HEF on a Hailo-10H (or on the HailoRT test double: `fake`)
-    FIDELITY = "fidelity"  # a CPU emulation of the recipe's precisions, not the chip
+    COMPARISON = "comparison"  # a candidate against float32 transformers, teacher-forced too
+    DEVICE = "device"  # the artifact on a device (or on its test double: `device.fake`)
+    ESTIMATE = "estimate"  # a CPU emulation of the recipe's precisions, not the chip
+
+
+# The `kind` an emulation's report declares itself as.
+EMULATION = "cpu-emulation"
+
+
+@dataclass(frozen=True)
+class Answerer:
+    """How a target's device check names what answered it (`[target] device`, `test_double`):
+    noun phrases, article included."""
+
+    device: str = ""
+    test_double: str = ""
+
+    @property
+    def real(self) -> str:
+        return self.device or "a device"
+
+    @property
+    def double(self) -> str:
+        return self.test_double or "a TEST DOUBLE"
 
 
 @dataclass(frozen=True)
 class PromptFigures:
     prompt: str
-    agreement: float | None  # free-running (cpu-ort, fidelity) or device token agreement
+    agreement: float | None  # free-running (comparison, estimate) or device token agreement
     teacher_forced: float | None
     logit_cosine: float | None
     first_divergence: int | None
@@ -31,13 +53,14 @@ class PromptFigures:
     reason: str
 
 
-def check_kind(stage: str, target: str, report: dict[str, Any]) -> CheckKind:
-    """A hailo10h verify is a device check, whatever answered it (`fake` says which)."""
-    if stage == "fidelity":
-        return CheckKind.FIDELITY
-    if target == "hailo10h" or "device" in report:
+def check_kind(report: dict[str, Any]) -> CheckKind:
+    """By what the report holds: a device check writes its `device` whatever answered it
+    (`fake` says which), an emulation says its `kind`."""
+    if report.get("kind") == EMULATION:
+        return CheckKind.ESTIMATE
+    if "device" in report:
         return CheckKind.DEVICE
-    return CheckKind.CPU_ORT
+    return CheckKind.COMPARISON
 
 
 def number(value: Any) -> float | None:
@@ -58,7 +81,7 @@ def _at_least(value: Any, minimum: Any, digits: int = 3) -> str:
 Summary = tuple[tuple[tuple[str, str], ...], float | None, tuple[float | None, float | None]]
 
 
-def _cpu_summary(r: dict[str, Any]) -> Summary:
+def _comparison_summary(r: dict[str, Any], _: Answerer) -> Summary:
     """(label, value) figures, the plotted gate, (mean agreement, mean teacher-forced)."""
     teacher = r.get("gate", "teacher_forced") != "free_running"
     free = _fmt(r.get("mean_agreement")) if teacher else \
@@ -76,25 +99,25 @@ def _cpu_summary(r: dict[str, Any]) -> Summary:
                                       number(r.get("mean_teacher_forced_agreement")))
 
 
-def _device_summary(r: dict[str, Any]) -> Summary:
+def _device_summary(r: dict[str, Any], answerer: Answerer) -> Summary:
     device = r.get("device") or {}
     prefill = r.get("prefill") or {}
     cosine = prefill.get("cosine")
     prefill_text = (_at_least(cosine, r.get("prefill_cosine_min"), 4) if cosine is not None
                     else str(prefill.get("reason") or "not checked"))
     figures = (
-        ("answered by", "the HailoRT TEST DOUBLE (not a device)" if device.get("fake")
-         else "a Hailo-10H device"),
+        ("answered by", f"{answerer.double} (not a device)" if device.get("fake")
+         else answerer.real),
         ("mean token agreement", _at_least(r.get("mean_agreement"), r.get("min_token_agreement"))),
         ("prefill logit cosine", prefill_text),
     )
     return figures, number(r.get("min_token_agreement")), (number(r.get("mean_agreement")), None)
 
 
-def _fidelity_summary(r: dict[str, Any]) -> Summary:
+def _estimate_summary(r: dict[str, Any], _: Answerer) -> Summary:
     s = r.get("summary") or {}
     figures = (
-        ("estimate", f"{r.get('kind', 'cpu-emulation')}: not the chip"),
+        ("estimate", f"{r.get('kind', EMULATION)}: not the chip"),
         ("mean teacher-forced agreement",
          f"{_fmt(s.get('mean_teacher_forced'))} (worst {_fmt(s.get('worst_teacher_forced'))})"),
         ("mean logit cosine", _fmt(s.get("mean_logit_cosine"), 4)),
@@ -104,7 +127,7 @@ def _fidelity_summary(r: dict[str, Any]) -> Summary:
     return figures, None, (number(s.get("mean_free_running")), number(s.get("mean_teacher_forced")))
 
 
-def _cpu_prompt(r: dict[str, Any]) -> PromptFigures:
+def _comparison_prompt(r: dict[str, Any]) -> PromptFigures:
     return PromptFigures(
         str(r.get("prompt", "")), number(r.get("agreement")),
         number(r.get("teacher_forced_agreement")),
@@ -122,7 +145,7 @@ def _device_prompt(r: dict[str, Any]) -> PromptFigures:
     )
 
 
-def _fidelity_prompt(r: dict[str, Any]) -> PromptFigures:
+def _estimate_prompt(r: dict[str, Any]) -> PromptFigures:
     forced, free = r.get("teacher_forced") or {}, r.get("free_running") or {}
     return PromptFigures(
         str(r.get("prompt", "")), number(free.get("agreement")), number(forced.get("agreement")),
@@ -131,14 +154,16 @@ def _fidelity_prompt(r: dict[str, Any]) -> PromptFigures:
     )
 
 
-_SUMMARIES = {CheckKind.CPU_ORT: _cpu_summary, CheckKind.DEVICE: _device_summary,
-              CheckKind.FIDELITY: _fidelity_summary}
-_PROMPTS = {CheckKind.CPU_ORT: _cpu_prompt, CheckKind.DEVICE: _device_prompt,
-            CheckKind.FIDELITY: _fidelity_prompt}
+_SUMMARIES = {CheckKind.COMPARISON: _comparison_summary, CheckKind.DEVICE: _device_summary,
+              CheckKind.ESTIMATE: _estimate_summary}
+_PROMPTS = {CheckKind.COMPARISON: _comparison_prompt, CheckKind.DEVICE: _device_prompt,
+            CheckKind.ESTIMATE: _estimate_prompt}
 
 
-def read_check(kind: CheckKind, report: dict[str, Any]
+def read_check(kind: CheckKind, report: dict[str, Any], answerer: Answerer
                ) -> tuple[Summary, tuple[PromptFigures, ...]]:
-    """The summary (figures, plotted gate, means) and the per-prompt figures of a report."""
+    """The summary (figures, plotted gate, means) and the per-prompt figures of a report;
+    `answerer`: how its target names the device and the test double."""
     rows = report.get("prompts") or []
-    return _SUMMARIES[kind](report), tuple(_PROMPTS[kind](r) for r in rows if isinstance(r, dict))
+    return _SUMMARIES[kind](report, answerer), \
+        tuple(_PROMPTS[kind](r) for r in rows if isinstance(r, dict))

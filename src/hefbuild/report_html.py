@@ -93,9 +93,11 @@ def _footer(report: BuildReport) -> str:
 
 
 def _badge(model: ModelReport) -> str:
-    check = next((c for c in model.checks if c.stage == "verify"), None)
+    """The verdict of the target's check stage (its other reports are shown, not badged)."""
+    check = next((c for c in model.checks if c.stage == model.check), None)
     if check is None:  # a check that failed before writing its report still failed
-        failed = any(s.name == "verify" and s.state is StageState.FAILED for s in model.stages)
+        failed = any(s.name == model.check and s.state is StageState.FAILED
+                     for s in model.stages)
         return '<span class="badge fail">FAILED</span>' if failed else \
             '<span class="badge none">no check</span>'
     if check.fake_device:
@@ -145,14 +147,10 @@ def _stage_row(s: Stage) -> str:
 
 # -- a check -------------------------------------------------------------------------
 
-_TITLES = {CheckKind.CPU_ORT: "int8 ONNX Runtime against float32 transformers",
-           CheckKind.DEVICE: "the HEF on the device against float32 transformers",
-           CheckKind.FIDELITY: "CPU emulation estimate of the recipe (not the chip)"}
-
-
 def _check(c: Check) -> str:
+    title = f"{escape(c.stage)}: {escape(c.title)}" if c.title else escape(c.stage)
     parts = [f'<div class="check" data-check="{escape(c.stage)}" data-kind="{c.kind.value}">',
-             f"<h3>{escape(c.stage)}: {_TITLES[c.kind]}</h3>", *_banners(c)]
+             f"<h3>{title}</h3>", *_banners(c)]
     verdict = {True: "passed", False: "FAILED", None: "reported"}[c.passed]
     parts.append(f'<p>{verdict}; figures from <a href="{_href(c.path)}">{escape(c.path)}</a>'
                  f"{'; key ' + escape(c.key[:KEY_SHOWN]) if c.key else ''}</p>")
@@ -168,12 +166,12 @@ def _check(c: Check) -> str:
 def _banners(c: Check) -> list[str]:
     out = []
     if c.fake_device:
-        out.append('<p class="banner fake">The HailoRT TEST DOUBLE answered this check: these '
-                   "figures are NOT from a Hailo-10H device.</p>")
+        out.append(f'<p class="banner fake">{escape(_capital(c.answerer.double))} answered '
+                   f"this check: these figures are NOT from {escape(c.answerer.real)}.</p>")
     if c.failed_run:
         out.append(f'<p class="banner failed">The last run of {escape(c.stage)} FAILED; these '
                    f"are the figures it wrote ({escape(c.path)}).</p>")
-    if c.kind is CheckKind.FIDELITY:
+    if c.kind is CheckKind.ESTIMATE:
         out.append('<p class="banner estimate">An estimate: ONNX Runtime emulating the '
                    f"recipe's precisions on the CPU, not the device. {escape(c.note)}</p>")
     return out
@@ -385,6 +383,11 @@ def _href(rel: str) -> str:
     """A project-relative path under build/, as seen from build/report/index.html."""
     inside = rel[len("build/"):] if rel.startswith("build/") else f"../{rel}"
     return escape(f"../{inside}")
+
+
+def _capital(phrase: str) -> str:
+    """A declared noun phrase ("the ... TEST DOUBLE") at the start of a sentence."""
+    return phrase[:1].upper() + phrase[1:]
 
 
 def _short(text: str, n: int) -> str:

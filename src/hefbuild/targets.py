@@ -4,9 +4,12 @@ A target is its stage chain and nothing else the engine has to know: each stage 
 rule program (under `rules/`), the upstream stages whose outputs it reads (`inputs`), the
 stages that must merely succeed first (`after`), the outputs it must leave (a trailing `/`
 is a non-empty folder), its typed parameters, and the toolchain it runs in unless a model
-says otherwise. The `[target]` table says which stage is the model's check, whether checks
-are doit's default tasks, which stage's file is the deployable artifact (and the alias task
-that names it), and `[[keep]]` which outputs may be copied into the project tree. `[watch]`
+says otherwise; a stage may name one of its outputs as the report a person reads (`report`,
+with the title the report page gives it). The `[target]` table says which stage is the
+model's check, whether checks are doit's default tasks, what a device check's report names
+as the device and as its test double, which stage's file is the deployable artifact (and
+the alias task that names it), and `[[keep]]` which outputs may be copied into the project
+tree. `[watch]`
 (with `[[watch.phases]]`) is the table that names a running stage's phase from its log
 lines (hefbuild.executors.phases): handed to the watch of every stage of the target.
 
@@ -51,14 +54,22 @@ PARAM_TYPES = {"int": T.INT, "float": T.FLOAT, "bool": T.BOOL, "str": T.STR,
                "str_list": T.STR_LIST, "file": T.FILE, "duration": T.DURATION, "size": T.SIZE}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _TOP_KEYS = {"target", "stages", "keep", "watch"}
-_TARGET_KEYS = {"description", "artifact", "check", "default_checks", "test_double"}
+_TARGET_KEYS = {"description", "artifact", "check", "default_checks", "test_double", "device"}
 _ARTIFACT_KEYS = {"alias", "stage", "file", "group_doc"}
 _STAGE_KEYS = {"name", "rule", "inputs", "after", "outputs", "toolchain", "gpu", "source",
-               "group_doc", "params", RESOURCES}
+               "group_doc", "report", "report_title", "params", RESOURCES}
 _PARAM_KEYS = {"type", "default", "min", "max", "choices", "when", "inherit", "doc"}
 _KEEP_KEYS = {"name", "stage", "output", "dest", "group_doc"}
 _WATCH_KEYS = {"keywords", "lower", "group", "placing", "phases"}
 _PHASE_KEYS = {"pattern", "phase", "detail", "step"}
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """The output of a stage a person reads (a JSON file), and how the report page heads it."""
+
+    file: str
+    title: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,7 @@ class StageDef:
     after: tuple[str, ...] = ()
     source: bool = False  # reads the model's [source] (the only stage with network access)
     group_doc: str = ""  # what `doit list` says of the group of this stage
+    report: StageReport | None = None  # shown on the report page (`doit report`)
     resources: dict[str, float] = field(default_factory=dict)  # where it may run (no key)
 
 
@@ -109,6 +121,8 @@ class TargetSpec:
     default_checks: bool = False  # the check tasks are doit's default tasks
     # What answered a check whose report says `device.fake`: named in its verdict line.
     test_double: str = ""
+    # What answered a device check whose report does not say `device.fake`.
+    device: str = ""
     artifact: Artifact | None = None
     keep: tuple[Keep, ...] = ()
     phases: PhaseTable | None = None  # names a running stage's phase from its log lines
@@ -159,7 +173,8 @@ def load_target(path: Path, root: Path | None = None) -> TargetSpec:
     _no_clash(stages, artifact, keep, shown)
     return TargetSpec(path.stem, shown, stages, _str(head, "description", shown, "target"),
                       check, default_checks, _str(head, "test_double", shown, "target"),
-                      artifact, keep, _watch(doc.get("watch"), shown))
+                      _str(head, "device", shown, "target"), artifact, keep,
+                      _watch(doc.get("watch"), shown))
 
 
 def _shown(path: Path, root: Path | None) -> str:
@@ -235,7 +250,24 @@ def _stage(table: dict[str, Any], where: str, earlier: list[str], shown: str,
                     _str(table, "toolchain", shown, where, "host"), flags["gpu"],
                     _names(table, "after", where, shown), flags["source"],
                     _str(table, "group_doc", shown, where),
+                    _report(table, name, outputs, where, shown),
                     parse_resources(table.get(RESOURCES, {}), shown, f"{where}.{RESOURCES}"))
+
+
+def _report(table: dict[str, Any], name: str, outputs: tuple[str, ...], where: str,
+            shown: str) -> StageReport | None:
+    """`report` names an output the report page reads as JSON: a file, not a folder."""
+    file = _str(table, "report", shown, where)
+    title = _str(table, "report_title", shown, where)
+    if not file:
+        if title:
+            raise SpecError(shown, f"{where}.report_title", "needs report (the file it heads)")
+        return None
+    files = [o for o in outputs if o.endswith(".json")]
+    if file not in files:
+        raise SpecError(shown, f"{where}.report", _one_of(f"a JSON file among the outputs of "
+                                                          f"{name}", files, file))
+    return StageReport(file, title)
 
 
 def _names(table: dict[str, Any], key: str, where: str, shown: str) -> tuple[str, ...]:

@@ -81,7 +81,7 @@ def test_a_failed_verify_is_shown_from_its_failed_folder(report):
 
 def test_the_cpu_check_figures_per_prompt(report):
     (check,) = models(report)["tiny-llama"].checks
-    assert check.kind is CheckKind.CPU_ORT and check.threshold == 0.9
+    assert check.kind is CheckKind.COMPARISON and check.threshold == 0.9
     first = check.prompts[0]
     assert (first.teacher_forced, first.agreement, first.first_divergence) == \
         (TF_FIRST, FREE_FIRST, 3)
@@ -104,7 +104,7 @@ def test_the_test_double_is_never_shown_as_a_device(report):
 
 def test_fidelity_is_labelled_an_estimate(report):
     checks = {c.stage: c for c in models(report)["tiny-hailo"].checks}
-    assert checks["fidelity"].kind is CheckKind.FIDELITY
+    assert checks["fidelity"].kind is CheckKind.ESTIMATE
     page = section(render(report), "tiny-hailo")
     assert "CPU emulation estimate of the recipe (not the chip)" in page
     assert "An estimate: ONNX Runtime emulating" in page
@@ -212,3 +212,32 @@ def test_a_long_history_plots_its_last_builds():
     history = stage_history("export", lines)
     assert history.builds == PLOTTED + 40 and len(history.runs) == PLOTTED
     assert history.runs[-1].seconds == PLOTTED + 39
+
+
+def test_the_report_page_speaks_in_the_targets_declared_words(tmp_path):
+    """Another target's device and test double, and its report's file and title: the page
+    takes them all from the declaration, and reads the figures by the report's keys."""
+    from dataclasses import replace
+
+    from hefbuild.report import chains_of
+    from hefbuild.targets import StageReport, load_targets
+
+    from .samples import device_report, manifest, write
+
+    spec = load_targets(None)["hailo10h"]
+    stages = tuple(replace(s, report=StageReport("answers.json", "the toy on its NPU"))
+                   if s.name == spec.check else replace(s, report=None) for s in spec.stages)
+    toy = replace(spec, name="toy", stages=stages, device="a toy NPU",
+                  test_double="the toy simulator")
+    chains = chains_of({"m": "toy"}, {"toy": toy})
+    write(tmp_path / f"build/m/{spec.check}/answers.json", device_report())
+    write(tmp_path / f"build/m/{spec.check}/manifest.json", manifest(f"{spec.check}:m", 1))
+    (model,) = build_report(snapshot(tmp_path, chains), chains).models
+    (check,) = model.checks
+    assert check.kind is CheckKind.DEVICE and check.stage == spec.check == model.check
+    page = render(build_report(snapshot(tmp_path, chains), chains))
+    assert f"{spec.check}: the toy on its NPU</h3>" in page
+    assert "The toy simulator answered this check: these figures are NOT from a toy NPU." \
+        in page
+    assert "<dd>the toy simulator (not a device)</dd>" in page
+    assert "Hailo" not in page and "passed on the TEST DOUBLE, not a device" in page

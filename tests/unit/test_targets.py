@@ -10,7 +10,7 @@ import pytest
 from hefbuild.errors import SpecError
 from hefbuild.params import ParamType
 from hefbuild.project import load_project
-from hefbuild.targets import load_target, load_targets
+from hefbuild.targets import StageReport, load_target, load_targets
 
 from .samples import HOST_TOML
 
@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 GOOD = '''
 [target]
 check = "check"
+device = "a toy device"
 artifact = { alias = "thing", stage = "make", file = "thing.txt" }
 
 [[stages]]
@@ -38,6 +39,8 @@ name = "check"
 rule = "toy/check.py"
 inputs = ["make"]
 outputs = ["report.json"]
+report = "report.json"
+report_title = "the toy against itself"
 '''
 
 
@@ -63,6 +66,9 @@ def test_a_good_target_loads(write) -> None:
     assert spec.stage_defs()["make"].params["times"].type is ParamType.INT
     assert spec.artifact is not None and spec.artifact.alias == "thing"
     assert spec.check == "check" and spec.source_stage() is None
+    assert spec.stage_defs()["check"].report == StageReport("report.json",
+                                                            "the toy against itself")
+    assert spec.stage_defs()["make"].report is None and spec.device == "a toy device"
 
 
 BAD = [
@@ -104,6 +110,19 @@ BAD = [
      "targets/toy.toml: stages[1].outputs: at least one output"),
     (GOOD.replace("[stages.params.times]", "[stages.params.gpu]"),
      "targets/toy.toml: stages.make.params.gpu: a name of its own"),
+    (GOOD.replace('report = "report.json"', 'report = "thing.txt"'),
+     "targets/toy.toml: stages[1].report: a JSON file among the outputs of check "
+     "(report.json), got 'thing.txt'"),
+    (GOOD.replace('outputs = ["report.json"]', 'outputs = ["report.json", "out/"]')
+     .replace('report = "report.json"', 'report = "out/"'),
+     "targets/toy.toml: stages[1].report: a JSON file among the outputs of check "
+     "(report.json), got 'out/'"),
+    (GOOD.replace('report = "report.json"', "report = true"),
+     "targets/toy.toml: stages[1].report: a string, got True"),
+    (GOOD.replace('report = "report.json"\n', ""),
+     "targets/toy.toml: stages[1].report_title: needs report (the file it heads)"),
+    (GOOD.replace('device = "a toy device"', "device = 10"),
+     "targets/toy.toml: target.device: a string, got 10"),
     ("[target]\n", "targets/toy.toml: stages: a non-empty array of tables ([[stages]])"),
     ("[[stages]\n", "targets/toy.toml: malformed TOML"),
 ]
@@ -148,3 +167,10 @@ def test_hefbuilds_own_targets_name_rules_that_exist() -> None:
         for stage in spec.stages:
             assert (REPO / "rules" / stage.rule).is_file(), (spec.name, stage.rule)
             assert all(p.doc for p in stage.params.values()), (spec.name, stage.name)
+
+
+def test_hefbuilds_own_checks_declare_the_report_the_page_reads() -> None:
+    for spec in load_targets(None).values():
+        check = spec.stage_defs()[spec.check] if spec.check else None
+        assert check is not None and check.report is not None, spec.name
+        assert check.report.file in check.outputs and check.report.title, spec.name
