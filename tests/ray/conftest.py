@@ -1,0 +1,110 @@
+"""A real Ray cluster for the tests, inside a network namespace that only has loopback.
+
+Ray binds the machine's interface address by default, and our machines allow test traffic
+on loopback only. The fixtures make a network namespace (`unshare --net`, held open by a
+`sleep` whose PID the test owns), move this test thread into it (setns(2): the thread's
+sockets and every process it starts from then on live there), and start the cluster, the
+remote cache (nginx) and every `doit` run inside it. Leaving restores the thread's own
+namespace. Skipped without unshare or ray, unless CI=true (then they fail).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from fakes.cache_server import NginxCache
+
+CLONE_NEWNET = 0x40000000
+HERE = Path(__file__).resolve().parent
+# Three nodes: plain CPUs (the head), the device host, the GPU host; all on one machine.
+NODES = [
+    {"num_cpus": 2, "node_name": "cpu-node"},
+    {"num_cpus": 1, "node_name": "device-node", "resources": {"hailo10h": 1}},
+    {"num_cpus": 1, "num_gpus": 1, "node_name": "gpu-node", "resources": {"gpu_host": 1}},
+]
+
+
+def _require(ok: bool, why: str) -> None:
+    if not ok:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why} (CI must provide it)")
+        pytest.skip(why)
+
+
+def _setns(fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET) failed")
+
+
+@contextmanager
+def inside(holder_pid: int) -> Iterator[None]:
+    """This thread (and what it starts) in the namespace of `holder_pid`, then back."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    theirs = os.open(f"/proc/{holder_pid}/ns/net", os.O_RDONLY)
+    try:
+        _setns(theirs)
+        yield
+    finally:
+        _setns(own)
+        os.close(own)
+        os.close(theirs)
+
+
+@pytest.fixture(scope="package")
+def netns() -> Iterator[int]:
+    """A network namespace with only `lo`, up; yields the PID that holds it."""
+    _require(shutil.which("unshare") is not None and os.geteuid() == 0,
+             "unshare --net (as root) is needed for a loopback-only Ray cluster")
+    holder = subprocess.Popen(["unshare", "--net", "sh", "-c",
+                               "ip link set lo up && echo up && exec sleep infinity"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
+        yield holder.pid
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+
+
+@pytest.fixture(scope="package")
+def cluster(netns: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The cluster (its nodes keep their own store: outputs travel through the CAS) and an
+    nginx remote cache, both inside the namespace; this thread stays inside meanwhile."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        _require(False, "ray is not installed (pip install -e '.[test]')")
+    tmp = tmp_path_factory.mktemp("ray")
+    env = {**os.environ, "HEFBUILD_STORE": str(tmp / "node-store"),
+           "RAY_BACKEND_LOG_LEVEL": "error", "RAY_USAGE_STATS_ENABLED": "0"}
+    with inside(netns):
+        with open(tmp / "cluster.err", "w") as err:  # the child keeps its own copy
+            proc = subprocess.Popen([sys.executable, str(HERE / "cluster.py"),
+                                     json.dumps(NODES)], stdout=subprocess.PIPE, stderr=err,
+                                    text=True, env=env)
+        cache = NginxCache(root=tmp / "nginx").start()
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line, (tmp / "cluster.err").read_text()[-3000:]
+            yield {"address": json.loads(line)["address"], "cache": cache, "pid": proc.pid,
+                   "node_store": tmp / "node-store"}
+        finally:
+            cache.stop()
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -1,0 +1,215 @@
+"""Stages on a real Ray cluster (three nodes, loopback only): each on a node that offers
+what it declares, inputs and outputs through the remote cache, results like a local build."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from e2e.conftest import REPO, Project, copy_project
+
+pytestmark = pytest.mark.e2e
+
+# A target whose stages ask for what the cluster's nodes offer: `train` a GPU host (and a
+# GPU, through gpu = true), `check` the device host (its toolchain's default), `prep`
+# nothing beyond a CPU; `slow` sleeps, to be killed.
+TARGET = '''
+[target]
+description = "stages that need different nodes"
+check = "check"
+
+[[stages]]
+name = "prep"
+rule = "cl/write.py"
+inputs = []
+outputs = ["data.txt"]
+[stages.params.word]
+type = "str"
+default = "seed"
+[stages.params.sleep]
+type = "float"
+default = 0.0
+
+[[stages]]
+name = "train"
+rule = "cl/write.py"
+inputs = ["prep"]
+outputs = ["weights.txt", "extra/notes.txt"]
+gpu = true
+resources = { gpu_host = 1 }
+[stages.params.word]
+type = "str"
+default = "trained"
+[stages.params.sleep]
+type = "float"
+default = 0.0
+
+[[stages]]
+name = "check"
+rule = "cl/write.py"
+inputs = ["train"]
+outputs = ["report.json"]
+toolchain = "device"
+[stages.params.word]
+type = "str"
+default = "checked"
+[stages.params.sleep]
+type = "float"
+default = 0.0
+'''
+
+WRITE = '''"""Write what the upstream stages wrote plus our word; sleep first if asked."""
+import json, sys, time
+from pathlib import Path
+action = json.loads(Path(sys.argv[1]).read_text())
+print("starting", action["stage"], flush=True)
+time.sleep(action["params"]["sleep"])
+seen = [p.read_text() for d in sorted(action["inputs"].values())
+        for p in sorted(Path(d).rglob("*")) if p.is_file()]
+text = "".join(seen) + action["params"]["word"] + "\\n"
+out = Path(action["out"])
+for rel in action["outputs"]:
+    (out / rel).parent.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({"passed": True, "text": text}) if rel.endswith(".json") else text
+    (out / rel).write_text(body)
+print("done", action["stage"], flush=True)
+'''
+
+MODEL = '''[model]
+target = "cl"
+[stages.prep]
+word = "{word}"
+'''
+
+
+def cluster_project(root: Path, store: Path, cluster: dict, models: dict[str, str]) -> Project:
+    files = {"targets/cl.toml": TARGET, "rules/cl/write.py": WRITE,
+             "toolchain/host.toml": '[toolchain]\nkind = "host"\n',
+             "toolchain/device.toml": '[toolchain]\nkind = "host"\n\n[resources]\nhailo10h = 1\n',
+             "hefbuild.toml": f'[cache]\nremote = "{cluster["cache"].url}"\n\n'
+                              f'[executor]\nkind = "ray"\naddress = "{cluster["address"]}"\n'}
+    files.update({f"models/{name}.toml": text for name, text in models.items()})
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    shutil.copy2(REPO / "dodo.py", root / "dodo.py")
+    return Project(root, store)
+
+
+def ran_on(project: Project, model: str, stage: str) -> str | None:
+    manifest = json.loads((project.root / f"build/{model}/{stage}/manifest.json").read_text())
+    return (manifest.get("ran_on") or {}).get("name")
+
+
+def test_every_socket_of_the_cluster_is_on_loopback(cluster: dict) -> None:
+    listening = subprocess.run(["ss", "-Htlnp"], capture_output=True, text=True).stdout
+    addresses = [line.split()[3] for line in listening.splitlines()]
+    assert len(addresses) >= 5, listening  # gcs, raylets, object managers, nginx
+    loopback = ("127.", "[::ffff:127.", "[::1]", "*:")  # `*` here: the namespace has only lo
+    assert all(a.startswith(loopback) for a in addresses), listening
+    interfaces = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert [line.split(":")[1].strip() for line in interfaces.splitlines()] == ["lo"]
+
+
+def test_each_stage_runs_on_a_node_with_its_resources(cluster: dict, tmp_path: Path) -> None:
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster,
+                              {"m1": MODEL.format(word="one")})
+    run = project.doit("check:m1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.outcomes() == {"prep:m1": "built", "train:m1": "built", "check:m1": "built"}
+    assert ran_on(project, "m1", "train") == "gpu-node"
+    assert ran_on(project, "m1", "check") == "device-node"
+    assert ran_on(project, "m1", "prep") in {"cpu-node", "device-node", "gpu-node"}
+    report = json.loads((project.root / "build/m1/check/report.json").read_text())
+    assert report["text"] == "one\ntrained\n" * 2 + "checked\n"  # both train outputs came back
+    assert "train:m1" in run.stdout and "on gpu-node" in run.stdout
+    summary = next(line for line in run.stdout.splitlines() if line.startswith("hefbuild: "))
+    assert "ran on " in summary and "device-node (check:m1)" in summary
+    # the node's log reached build/ on the driver, and nothing came through a local run
+    assert "running on node gpu-node" in (project.root / "build/m1/train/log.txt").read_text()
+
+    again = project.doit("check:m1")
+    assert again.returncode == 0 and again.tasks("built") == set(), again.stdout
+
+
+def test_a_stage_no_node_can_run_fails_at_once_naming_the_resource(
+        cluster: dict, tmp_path: Path) -> None:
+    model = MODEL.format(word="tpu") + "[stages.train]\nresources = { tpu = 2 }\n"
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, {"m2": model})
+    run = project.doit("train:m2")
+    assert run.returncode != 0
+    assert "train:m2 needs" in run.stdout + run.stderr
+    assert "no node offers tpu=2" in run.stdout + run.stderr
+    assert not (project.root / "build/m2/train/manifest.json").exists()
+    assert (project.root / "build/m2/prep/manifest.json").exists()  # its upstream ran
+
+
+def _stage_worker() -> psutil.Process | None:
+    for proc in psutil.process_iter(["cmdline"]):
+        if any("run_remote_stage" in part for part in proc.info["cmdline"] or []):
+            return proc
+    return None
+
+
+def test_a_worker_killed_mid_stage_leaves_no_result_and_a_rerun_succeeds(
+        cluster: dict, tmp_path: Path) -> None:
+    model = MODEL.format(word="kill") + "[stages.train]\nsleep = 4.0\n"
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, {"m3": model})
+    proc = project.popen("train:m3")
+    running = project.root / "build/m3/train.running.log"
+    deadline = time.monotonic() + 120
+    while "starting train" not in (running.read_text() if running.exists() else ""):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    worker = _stage_worker()
+    assert worker is not None
+    os.kill(worker.pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "train:m3: the Ray task on node gpu-node ended without a result" in out + err
+    assert not (project.root / "build/m3/train/manifest.json").exists()
+    assert not any(cluster["node_store"].rglob("*.running*"))
+
+    rerun = project.doit("train:m3")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert rerun.outcomes()["train:m3"] == "built"
+    assert ran_on(project, "m3", "train") == "gpu-node"
+
+
+def test_parallel_stages_spread_over_the_cluster(cluster: dict, tmp_path: Path) -> None:
+    models = {f"p{i}": MODEL.format(word=f"w{i}") + "sleep = 2.0\n"  # in [stages.prep]
+              for i in range(3)}
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, models)
+    run = project.doit("-n", "3", *[f"prep:p{i}" for i in range(3)])
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.tasks("built") == {"prep:p0", "prep:p1", "prep:p2"}
+    nodes = {ran_on(project, f"p{i}", "prep") for i in range(3)}
+    assert len(nodes) >= 2, nodes  # 4 CPUs over three nodes: not all on one
+
+
+def test_the_tiny_pipeline_on_the_cluster_is_byte_identical_to_a_local_build(
+        cluster: dict, tmp_path: Path) -> None:
+    local = copy_project(tmp_path / "local", tmp_path / "local-store")
+    remote = copy_project(tmp_path / "remote", tmp_path / "remote-store")
+    (remote.root / "hefbuild.toml").write_text(
+        f'[cache]\nremote = "{cluster["cache"].url}"\n\n'
+        f'[executor]\nkind = "ray"\naddress = "{cluster["address"]}"\n')
+    built = remote.doit("verify:tiny-llama")
+    assert built.returncode == 0, built.stdout + built.stderr
+    reference = local.doit("verify:tiny-llama", env={"HEFBUILD_EXECUTOR": "local"})
+    assert reference.returncode == 0, reference.stdout + reference.stderr
+    for stage in ("fetch", "export", "quantize", "compile", "verify"):
+        ours = json.loads((remote.root / f"build/tiny-llama/{stage}/manifest.json").read_text())
+        theirs = json.loads((local.root / f"build/tiny-llama/{stage}/manifest.json").read_text())
+        assert ours["key"] == theirs["key"], stage
+        if stage in ("quantize", "compile"):  # deterministic stages: the same bytes
+            assert ours["outputs"] == theirs["outputs"], stage
+        assert ("ran_on" in ours) == (stage != "fetch"), stage  # the source stage stays here
+        assert "ran_on" not in theirs
