@@ -1,0 +1,91 @@
+"""Stage resources: parsed with one-line errors, layered, mapped to Ray's task options, and
+checked against what the cluster's nodes offer before anything is submitted."""
+
+from __future__ import annotations
+
+import pytest
+
+from hefbuild.errors import SpecError
+from hefbuild.executors.ray import ray_options, unplaceable, wanted
+from hefbuild.resources import merged, parse_resources, shown
+from hefbuild.settings import load_settings
+from hefbuild.summary import nodes_of, summary_line
+
+
+def test_amounts_and_memory_sizes_parse() -> None:
+    got = parse_resources({"GPU": 1, "memory": "2GiB", "gpu_host": 0.5}, "m.toml", "k")
+    assert got == {"GPU": 1.0, "memory": float(2 << 30), "gpu_host": 0.5}
+    assert shown(got) == "GPU=1, gpu_host=0.5, memory=2.0 GiB"
+
+
+@pytest.mark.parametrize(("value", "key", "expected"), [
+    ([1], "stages.x.resources", "a table of resources"),
+    ({"GPU": 0}, "stages.x.resources.GPU", "a positive number, got 0"),
+    ({"GPU": True}, "stages.x.resources.GPU", "a positive number, got True"),
+    ({"memory": "lots"}, "stages.x.resources.memory", "a memory size"),
+    ({"bad name": 1}, "stages.x.resources.bad name", "a resource name"),
+])
+def test_a_bad_table_is_a_one_line_error(value: object, key: str, expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_resources(value, "models/m.toml", "stages.x.resources")
+    text = str(err.value)
+    assert text.startswith(f"models/m.toml: {key}: ") and expected in text
+    assert "\n" not in text
+
+
+def test_later_layers_win_name_by_name() -> None:
+    toolchain, target, model = {"hailo10h": 1.0}, {"CPU": 2.0}, {"CPU": 4.0}
+    assert merged(toolchain, target, model) == {"hailo10h": 1.0, "CPU": 4.0}
+
+
+def test_ray_options_map_builtins_and_custom_resources() -> None:
+    options = ray_options({"CPU": 2.0, "memory": 1024.0, "hailo10h": 1.0}, gpu=False)
+    assert options == {"num_cpus": 2.0, "memory": 1024, "resources": {"hailo10h": 1.0}}
+    assert ray_options({}, gpu=True) == {"num_cpus": 1, "num_gpus": 1}
+    assert ray_options({"GPU": 2.0}, gpu=True)["num_gpus"] == 2.0
+    assert wanted(ray_options({"hailo10h": 1.0}, gpu=True)) == \
+        {"CPU": 1.0, "GPU": 1.0, "hailo10h": 1.0}
+
+
+NODES = [{"Resources": {"CPU": 2.0, "node:127.0.0.1": 1.0}},
+         {"Resources": {"CPU": 1.0, "GPU": 1.0, "gpu_host": 1.0}},
+         {"Resources": {"CPU": 1.0, "hailo10h": 1.0}}]
+
+
+def test_a_stage_some_node_can_run_is_placeable() -> None:
+    assert unplaceable({"CPU": 1.0, "GPU": 1.0}, NODES) is None
+    assert unplaceable({"CPU": 2.0}, NODES) is None
+
+
+def test_the_missing_resource_is_named() -> None:
+    why = unplaceable({"CPU": 1.0, "tpu": 2.0}, NODES)
+    assert why is not None and why.startswith("no node offers tpu=2 (the 3 nodes offer: ")
+    assert "node:" not in why
+    assert unplaceable({"GPU": 1.0, "hailo10h": 1.0}, NODES) == \
+        "no single node offers GPU=1, hailo10h=1 together"
+
+
+def test_the_executor_setting_and_its_environment(tmp_path) -> None:  # noqa: ANN001
+    assert load_settings(tmp_path, {}).executor.kind == "local"
+    on = load_settings(tmp_path, {"HEFBUILD_RAY_ADDRESS": "127.0.0.1:6379"}).executor
+    assert (on.kind, on.address) == ("ray", "127.0.0.1:6379")
+    off = load_settings(tmp_path, {"HEFBUILD_RAY_ADDRESS": "x:1", "HEFBUILD_EXECUTOR": "local"})
+    assert off.executor.kind == "local"
+    (tmp_path / "hefbuild.toml").write_text('[executor]\nkind = "slurm"\n')
+    with pytest.raises(SpecError, match=r"^hefbuild.toml: executor.kind .*got 'slurm'$"):
+        load_settings(tmp_path, {})
+    (tmp_path / "hefbuild.toml").write_text('[executor]\nkind = "ray"\nnodes = 3\n')
+    with pytest.raises(SpecError, match=r"^hefbuild.toml: executor.nodes: unknown key"):
+        load_settings(tmp_path, {})
+
+
+def test_the_end_of_run_line_names_the_node_of_each_built_stage() -> None:
+    events = [{"task": "b:m", "outcome": "built", "node": "gpu-1"},
+              {"task": "a:m", "outcome": "built", "node": "cpu-1"},
+              {"task": "c:m", "outcome": "built", "node": "gpu-1"},
+              {"task": "d:m", "outcome": "restored"}]
+    nodes = nodes_of(events)
+    assert nodes == {"cpu-1": ["a:m"], "gpu-1": ["b:m", "c:m"]}
+    line = summary_line({"built": 3, "nodes": nodes})
+    assert line.endswith("; ran on cpu-1 (a:m), gpu-1 (b:m, c:m)")
+    assert "ran on" not in summary_line({"built": 3})
