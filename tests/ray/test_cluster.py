@@ -213,3 +213,33 @@ def test_the_tiny_pipeline_on_the_cluster_is_byte_identical_to_a_local_build(
             assert ours["outputs"] == theirs["outputs"], stage
         assert ("ran_on" in ours) == (stage != "fetch"), stage  # the source stage stays here
         assert "ran_on" not in theirs
+
+
+def test_heartbeats_of_a_remote_stage_reach_the_driver(cluster: dict, tmp_path: Path) -> None:
+    model = MODEL.format(word="beat") + "[stages.train]\nsleep = 3.5\n"
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, {"m5": model})
+    run = project.doit("train:m5", env={"HEFBUILD_HEARTBEAT_S": "1"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = (project.root / "build/events.jsonl").read_text().splitlines()
+    beats = [json.loads(x) for x in lines if '"heartbeat"' in x and "train:m5" in x]
+    assert beats and all(b["heartbeat"].get("node") == "gpu-node" for b in beats), lines
+    assert "[hefbuild] train:m5: " in run.stdout + run.stderr  # shown on the terminal too
+
+
+def test_ctrl_c_on_the_driver_cancels_the_remote_stage(cluster: dict, tmp_path: Path) -> None:
+    model = MODEL.format(word="cancel") + "[stages.train]\nsleep = 60.0\n"
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, {"m6": model})
+    proc = project.popen("train:m6")
+    running = project.root / "build/m6/train.running.log"
+    deadline = time.monotonic() + 120
+    while "starting train" not in (running.read_text() if running.exists() else ""):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    worker = _stage_worker()
+    assert worker is not None
+    os.kill(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    psutil.wait_procs([worker], timeout=30)
+    assert not worker.is_running(), "the Ray task still runs after Ctrl-C on the driver"
+    assert not (project.root / "build/m6/train/manifest.json").exists()
