@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests")]
 from fakes.cache_server import NginxCache  # noqa: E402
 
-PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "targets")
+PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "targets", "images")
 TRIVIAL_TARGET = '''[target]
 description = "one trivial stage"
 [[stages]]
