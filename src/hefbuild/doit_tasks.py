@@ -197,7 +197,7 @@ def _say_broken(project: Project, selected: set[str] | None) -> None:
 
 
 def _variants_named(argv: list[str]) -> set[str]:
-    """The base models of the variants a command line names (`hef:<model>@<variant>`): a
+    """The base models of the variants a command line names (`<task>:<model>@<variant>`): a
     broken base file is the variant's error too."""
     return {w.partition(":")[2].partition(VARIANT_SEP)[0] for w in argv
             if VARIANT_SEP in w.partition(":")[2]}
