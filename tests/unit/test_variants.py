@@ -105,6 +105,30 @@ def test_a_variant_gets_every_task_of_its_target_but_the_lock(load, other_calibr
     assert "fetch:m@w4" in names
 
 
+def test_a_variant_uses_its_base_models_lock(load, proj):
+    import json
+
+    sha, commit = "a" * 64, "c" * 40
+    (proj / "models" / "m.lock.json").write_text(json.dumps(
+        {"hub": "org/name", "requested_revision": "main", "revision": commit,
+         "files": {"model.safetensors": sha}}))
+    hub = ('[model]\ntarget = "cpu-ort"\n\n[source]\nhub = "org/name"\nrevision = "main"\n'
+           '\n[variants.w4.stages.quantize]\nmethod = "weight_only_int4"\n')
+    project = load(hub)
+    for name in ("m", "m@w4"):
+        src = project.models[name].source
+        assert src.pinned and (src.revision, src.files) == (commit, {"model.safetensors": sha})
+    assert project.models["m"].variants == (project.models["m@w4"],)
+
+
+def test_a_variant_is_selected_by_its_task_names():
+    from hefbuild.selection import models_named
+
+    known = {"m", "m@w4"}
+    assert models_named(["hef:m@w4", "verify:m@w4"], known, set()) == {"m@w4"}
+    assert models_named(["verify:m@zz"], known, set()) is None  # doit says it is unknown
+
+
 def test_a_keep_task_of_a_variant_writes_its_own_file_or_none(load):
     project = load(BASE + '\n[variants.w4.stages.quantize]\nmethod = "weight_only_int4"\n')
     own = Keep("keep", "compile", "model.onnx", "kept/{model}.onnx")
