@@ -194,20 +194,25 @@ def load_model(path: Path, root: Path, toolchains: set[str],
     if not isinstance(chat, bool):
         raise SpecError(shown, "model.chat", f"true or false, got {chat!r}")
     given = _table(doc, "stages", shown, "stages")
-
-    def resolve(table: dict[str, Any], name: str, prefix: str) -> ModelSpec:
-        stages, stage_tcs, limits = _load_stages(table, pipeline.stage_defs(),
-                                                 toolchain if "toolchain" in model else None,
-                                                 toolchains, shown, root, name, chat, prefix)
-        return ModelSpec(name, shown, target, pipeline, toolchain, source, stages, stage_tcs,
-                         str(model.get("description", "")), limits)
-
-    base = resolve(given, path.stem, "stages")
+    head = ModelSpec(path.stem, shown, target, pipeline, toolchain, source, {}, {},
+                     str(model.get("description", "")))
+    model_tc = toolchain if "toolchain" in model else None
+    base = _staged(head, given, "stages", model_tc, toolchains, root, chat)
     variants = tuple(
-        replace(resolve(merge_stages(given, v.stages), variant_name(path.stem, v.name),
-                        f"variants.{v.name}.stages"), variant_of=path.stem)
+        _staged(replace(head, name=variant_name(head.name, v.name), variant_of=head.name),
+                merge_stages(given, v.stages), f"variants.{v.name}.stages", model_tc,
+                toolchains, root, chat)
         for v in parse_variants(doc.get("variants", {}), shown))
     return replace(base, variants=variants)
+
+
+def _staged(head: ModelSpec, table: dict[str, Any], prefix: str, model_tc: str | None,
+            toolchains: set[str], root: Path, chat: bool) -> ModelSpec:
+    """`head` with its stages resolved from `table`, which is at `prefix` in its file."""
+    stages, stage_tcs, limits = _load_stages(table, head.pipeline.stage_defs(), model_tc,
+                                             toolchains, head.file, root, head.name, chat,
+                                             prefix)
+    return replace(head, stages=stages, stage_toolchains=stage_tcs, stage_limits=limits)
 
 
 def _toolchain_name(value: Any, known: set[str], shown: str, key: str) -> str:
