@@ -22,6 +22,8 @@ from .project import STATE_DIR, Project
 from .selection import models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, only_models, project_at
 from .specs import ModelSpec
+from .targets import Keep
+from .variants import VARIANT_SEP
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
 
@@ -174,7 +176,7 @@ def task_names(project: Project) -> set[str]:
     names: set[str] = set()
     for model in project.models.values():
         bases = [s.name for s in model.pipeline.stages] + _extra_bases(model)
-        if model.source.hub or model.source.path:
+        if (model.source.hub or model.source.path) and not model.variant_of:
             bases.append("lock")
         names |= set(bases) | {f"{b}:{model.name}" for b in bases}
     images = {f"image:{tc.name}" for tc in project.toolchains.values()
@@ -185,12 +187,20 @@ def task_names(project: Project) -> set[str]:
 def _say_broken(project: Project, selected: set[str] | None) -> None:
     """A bad model file named on the command line stops the run with its one line (nothing
     is built or stored); any other one is one warning line, and its tasks are left out."""
-    named = sorted(m for m in project.broken if selected is not None and m in selected)
+    named = sorted(m for m in project.broken if selected is not None and m in selected
+                   or m in _variants_named(sys.argv[1:]))
     if named:
         print(f"ERROR: {project.broken[named[0]]}", file=sys.stderr)
         raise SystemExit(3)
     for error in project.broken.values():
         print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
+
+
+def _variants_named(argv: list[str]) -> set[str]:
+    """The base models of the variants a command line names (`<task>:<model>@<variant>`): a
+    broken base file is the variant's error too."""
+    return {w.partition(":")[2].partition(VARIANT_SEP)[0] for w in argv
+            if VARIANT_SEP in w.partition(":")[2]}
 
 
 def build_toolchain_image(root: str, name: str) -> dict[str, Any] | TaskFailed:
@@ -222,7 +232,13 @@ def _image_tasks(project: Project) -> Iterator[dict]:
 def _extra_bases(model: ModelSpec) -> list[str]:
     """The target's alias and keep tasks, beside its stages."""
     art = model.pipeline.artifact
-    return ([art.alias] if art and art.alias else []) + [k.name for k in model.pipeline.keep]
+    return ([art.alias] if art and art.alias else []) + [k.name for k in _keeps(model)]
+
+
+def _keeps(model: ModelSpec) -> list[Keep]:
+    """A variant keeps an output only where the file is its own (`{model}` in the dest names
+    `<model>@<variant>`): it must never overwrite the base model's file."""
+    return [k for k in model.pipeline.keep if not model.variant_of or "{model}" in k.dest]
 
 
 def group_docs(project: Project) -> dict[str, str]:
@@ -272,6 +288,8 @@ def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[d
         for action in by_model.get(model.name, []):
             yield _stage_task(project, action)
         yield from _target_task_dicts(root, model)
+        if model.variant_of:
+            continue  # its source and lock are the base model's: `lock:<base>`
         if model.source.hub:
             yield {"basename": "lock", "name": model.name,
                    "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
@@ -291,7 +309,7 @@ def _target_task_dicts(root: str, model: ModelSpec) -> Iterator[dict]:
         where = f"build/{model.name}/{art.stage}/{art.file}"
         yield {"basename": art.alias, "name": model.name, "actions": None,
                "task_dep": [producer], "doc": f"the {art.alias} of {model.name} ({where})"}
-    for keep in model.pipeline.keep:
+    for keep in _keeps(model):
         dest = keep.dest.format(model=model.name)
         yield {"basename": keep.name, "name": model.name,
                "actions": [(keep_output, [root, model.name, keep.name, keep.stage,

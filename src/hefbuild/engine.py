@@ -116,13 +116,14 @@ class Engine:
         if action.source is None or src.pinned:
             return
         model = self.project.models[action.model]
+        locked = model.variant_of or model.name  # a variant uses its base model's lock
         if src.path is not None:
             raise SpecError(model.file, "source.files",
                             f"every file's sha256 for the folder {src.path}; run "
-                            f"`doit lock:{model.name}` to write them to its lock")
+                            f"`doit lock:{locked}` to write them to its lock")
         raise SpecError(model.file, "source.revision",
                         f"a 40-hex commit with file digests, got {src.revision!r} (a branch?); "
-                        f"run `doit lock:{model.name}` where the hub is reachable to pin it")
+                        f"run `doit lock:{locked}` where the hub is reachable to pin it")
 
     def _rule_digests(self, action: Action) -> dict[str, str]:
         files = self._rule_paths(action)

@@ -88,13 +88,22 @@ def _load_declarations(paths: ProjectPaths, root: Path, strict: bool) -> Declara
     models, broken = {}, {}
     for path in sorted(paths.models.glob("*.toml")):
         try:
-            model = load_model(path, root, set(toolchains), targets)
-            models[model.name] = _with_lock(model, path.with_suffix(".lock.json"), root)
+            model = _with_lock(load_model(path, root, set(toolchains), targets),
+                               path.with_suffix(".lock.json"), root)
+            models.update(_with_variants(model))
         except SpecError as exc:
             if strict:
                 raise
             broken[path.stem] = str(exc)
     return models, toolchains, broken
+
+
+def _with_variants(model: ModelSpec) -> dict[str, ModelSpec]:
+    """The base model and each of its variants, by name; a variant shares the base's source
+    as locked (one checkpoint per model file, one lock: `models/<model>.lock.json`)."""
+    variants = tuple(replace(v, source=model.source) for v in model.variants)
+    model = replace(model, variants=variants)
+    return {model.name: model, **{v.name: v for v in variants}}
 
 
 def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:

@@ -25,9 +25,9 @@ from .plan import plan_model
 from .project import Project, load_project
 from .targets import BUILTIN_TARGETS, TARGETS_DIR
 
-FORMAT = 4  # 4: stages and toolchains carry resources
+FORMAT = 5  # 3: a model carries its target's declaration; 4: and its variants; 5: resources
 _LOADER_CODE = ("specs.py", "params.py", "targets.py", "declfile.py", "project.py", "plan.py",
-                "projectcache.py")
+                "projectcache.py", "variants.py")
 
 
 def declarations_stamp(root: Path, named: tuple[str, ...]) -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import Outcome, read_events, read_json
 from .report_checks import Answerer, CheckKind, PromptFigures, check_kind, number, read_check
+from .report_variants import Sweep, compare_variants
 
 if TYPE_CHECKING:
     from .targets import StageReport, TargetSpec
@@ -149,6 +150,7 @@ class BuildReport:
     models: tuple[ModelReport, ...]  # those with anything in build/
     unbuilt: tuple[str, ...]
     damaged_events: int
+    sweeps: tuple[Sweep, ...] = ()  # models with variants, side by side (report_variants)
 
 
 # -- reading build/ ------------------------------------------------------------------
@@ -209,6 +211,7 @@ def build_report(snap: Snapshot, chains: Mapping[str, Chain], project: str = "",
     return BuildReport(
         project, made, last_summary(snap.events), tuple(m for m in models if m.touched),
         tuple(m.name for m in models if not m.touched), snap.damaged,
+        compare_variants(models, snap.files),
     )
 
 

@@ -24,6 +24,8 @@ from .report import (
     StageHistory,
     StageState,
 )
+from .report_variants_html import CSS as SWEEP_CSS
+from .report_variants_html import sweeps_html
 from .summary import summary_line
 
 COLOURS = {StageState.BUILT: "#2e7d32", StageState.RESTORED: "#1565c0",
@@ -66,9 +68,10 @@ nav a{margin-right:14px}
 def render(report: BuildReport) -> str:
     """The whole page."""
     title = f"hefbuild report: {report.project}" if report.project else "hefbuild report"
-    body = [_header(report, title)] + [_model(m) for m in report.models] + [_footer(report)]
+    body = [_header(report, title), sweeps_html(report.sweeps)] + \
+        [_model(m) for m in report.models] + [_footer(report)]
     return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
+            f"<title>{escape(title)}</title><style>{CSS}{SWEEP_CSS}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 

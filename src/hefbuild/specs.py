@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from .params import ParamType as T
 from .resources import KEY as RESOURCES
 from .resources import merged, parse_resources
 from .targets import COMMON_STAGE_KEYS, StageDef, TargetSpec, load_targets
+from .variants import VARIANT_SEP, merge_stages, parse_variants, variant_name
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SECRET_ENV_RE = re.compile(
@@ -94,6 +95,10 @@ class ModelSpec:
     stage_toolchains: dict[str, str]
     description: str = ""
     stage_limits: dict[str, StageLimits] = field(default_factory=dict)
+    # A variant (`<model>@<name>`, from `[variants.<name>]`) names the model it derives from;
+    # a base model carries its variants, fully resolved (the project lists them as models).
+    variant_of: str = ""
+    variants: tuple[ModelSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,10 @@ def load_model(path: Path, root: Path, toolchains: set[str],
     shown = path.relative_to(root).as_posix()
     targets = load_targets(root) if targets is None else targets
     doc = read_toml(path, shown)
-    _only_keys(doc, {"model", "source", "stages"}, shown, "")
+    _only_keys(doc, {"model", "source", "stages", "variants"}, shown, "")
+    if VARIANT_SEP in path.stem:
+        raise SpecError(shown, "", f"a model file name without {VARIANT_SEP!r} (it separates "
+                        f"a model from its variant in task names)")
     model = _table(doc, "model", shown, "model")
     _only_keys(model, {"target", "toolchain", "description", "chat"}, shown, "model")
     target = model.get("target")
@@ -189,12 +197,26 @@ def load_model(path: Path, root: Path, toolchains: set[str],
     chat = model.get("chat", False)
     if not isinstance(chat, bool):
         raise SpecError(shown, "model.chat", f"true or false, got {chat!r}")
-    stages, stage_tcs, limits = _load_stages(_table(doc, "stages", shown, "stages"),
-                                             pipeline.stage_defs(),
-                                             toolchain if "toolchain" in model else None,
-                                             toolchains, shown, root, path.stem, chat)
-    return ModelSpec(path.stem, shown, target, pipeline, toolchain, source, stages, stage_tcs,
-                     str(model.get("description", "")), limits)
+    given = _table(doc, "stages", shown, "stages")
+    head = ModelSpec(path.stem, shown, target, pipeline, toolchain, source, {}, {},
+                     str(model.get("description", "")))
+    model_tc = toolchain if "toolchain" in model else None
+    base = _staged(head, given, "stages", model_tc, toolchains, root, chat)
+    variants = tuple(
+        _staged(replace(head, name=variant_name(head.name, v.name), variant_of=head.name),
+                merge_stages(given, v.stages), f"variants.{v.name}.stages", model_tc,
+                toolchains, root, chat)
+        for v in parse_variants(doc.get("variants", {}), shown))
+    return replace(base, variants=variants)
+
+
+def _staged(head: ModelSpec, table: dict[str, Any], prefix: str, model_tc: str | None,
+            toolchains: set[str], root: Path, chat: bool) -> ModelSpec:
+    """`head` with its stages resolved from `table`, which is at `prefix` in its file."""
+    stages, stage_tcs, limits = _load_stages(table, head.pipeline.stage_defs(), model_tc,
+                                             toolchains, head.file, root, head.name, chat,
+                                             prefix)
+    return replace(head, stages=stages, stage_toolchains=stage_tcs, stage_limits=limits)
 
 
 def _toolchain_name(value: Any, known: set[str], shown: str, key: str) -> str:
@@ -277,21 +299,23 @@ def _source_lock(value: Any, shown: str) -> str | None:
 def _load_stages(
     table: dict[str, Any], defs: dict[str, StageDef], model_tc: str | None,
     toolchains: set[str], shown: str, root: Path, model: str, chat: bool = False,
+    prefix: str = "stages",
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, StageLimits]]:
-    _only_keys(table, defs, shown, "stages")
+    """`prefix`: where the tables are in the file (a variant's are under `variants.<name>`)."""
+    _only_keys(table, defs, shown, prefix)
     stages, stage_tcs, limits = {}, {}, {}
     for name, sdef in defs.items():
-        given = _table(table, name, shown, f"stages.{name}")
+        given = _table(table, name, shown, f"{prefix}.{name}")
         if "chat" in sdef.params and "chat" not in given:
             given = {**given, "chat": chat}  # [model] chat: every stage that formats prompts
         given = {**{k: stages[p.inherit][k] for k, p in sdef.params.items()
                     if p.inherit in stages and k in stages[p.inherit]}, **given}
         schema = {**sdef.params, **COMMON_STAGE_KEYS}
         resources = merged(sdef.resources, parse_resources(
-            given.pop(RESOURCES, {}), shown, f"stages.{name}.resources"))
-        resolved = check_params(given, schema, shown, f"stages.{name}", root, model)
+            given.pop(RESOURCES, {}), shown, f"{prefix}.{name}.resources"))
+        resolved = check_params(given, schema, shown, f"{prefix}.{name}", root, model)
         tc = resolved.pop("toolchain") if "toolchain" in resolved else model_tc or sdef.toolchain
-        stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"stages.{name}.toolchain")
+        stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"{prefix}.{name}.toolchain")
         limits[name] = StageLimits(resolved.pop("timeout", None), resolved.pop("memory", None),
                                    resolved.pop("gpu", sdef.gpu), resources)
         stages[name] = resolved

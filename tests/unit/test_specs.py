@@ -116,7 +116,7 @@ def test_hailo_stages_default_to_their_toolchain(model, proj):
 BAD_MODELS = [
     ("[model\ntarget = 1", "models/m.toml: malformed TOML"),
     (SYNTHETIC + "\n[colour]\n", "models/m.toml: colour: unknown key (expected one of: "
-                                 "model, source, stages)"),
+                                 "model, source, stages, variants)"),
     (SYNTHETIC.replace("[model]", "[model]\ncolour = 1"), "models/m.toml: model.colour: "
                                                           "unknown key"),
     (SYNTHETIC.replace("cpu-ort", "gpu"), "models/m.toml: model.target: one of cpu-ort, "
