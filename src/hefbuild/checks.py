@@ -16,6 +16,8 @@ class Checks:
     stages: dict[str, str] = field(default_factory=dict)
     # artifact alias -> "<stage>/<file>" under build/<model>/
     artifacts: dict[str, str] = field(default_factory=dict)
+    # check stage -> the output that is its report (`report = ...` on the stage)
+    reports: dict[str, str] = field(default_factory=dict)
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -30,16 +32,23 @@ class Checks:
     def double(self, stage: str) -> str:
         return self.stages.get(stage) or "a TEST DOUBLE"
 
+    def report_of(self, stage: str) -> str:
+        return self.reports.get(stage, "report.json")
+
 
 def checks_of(targets: Iterable[TargetSpec]) -> Checks:
     stages: dict[str, str] = {}
     artifacts: dict[str, str] = {}
+    reports: dict[str, str] = {}
     for spec in targets:
         if spec.check and not stages.get(spec.check):
             stages[spec.check] = spec.test_double
+        for sdef in spec.stages:
+            if sdef.name == spec.check and sdef.report and spec.check not in reports:
+                reports[spec.check] = sdef.report.file
         if spec.artifact and spec.artifact.alias:
             artifacts[spec.artifact.alias] = f"{spec.artifact.stage}/{spec.artifact.file}"
-    return Checks(stages, artifacts)
+    return Checks(stages, artifacts, reports)
 
 
 @lru_cache(maxsize=1)

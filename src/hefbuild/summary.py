@@ -78,7 +78,7 @@ def check_verdict(root: Path, task: str, failed: bool = False,
     if stage is None:
         return ""
     model = task.split(":", 1)[1]
-    rel = f"build/{model}/{stage}{'.failed' if failed else ''}/report.json"
+    rel = f"build/{model}/{stage}{'.failed' if failed else ''}/{checks.report_of(stage)}"
     report = read_json(root / rel)
     if report is None:
         return ""
@@ -90,10 +90,11 @@ def check_verdict(root: Path, task: str, failed: bool = False,
 
 def check_figures(root: Path, task: str, checks: Checks | None = None) -> dict[str, Any]:
     """A check result's headline figures, for its event (the report's history)."""
-    stage = (checks or builtin_checks()).stage_of(task)
+    checks = checks or builtin_checks()
+    stage = checks.stage_of(task)
     if stage is None:
         return {}
-    report = read_json(root / "build" / task.split(":", 1)[1] / stage / "report.json")
+    report = read_json(root / "build" / task.split(":", 1)[1] / stage / checks.report_of(stage))
     if report is None:
         return {}
     keys = ("passed", "mean_agreement", "mean_teacher_forced_agreement", "mean_logit_cosine")

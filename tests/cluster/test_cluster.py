@@ -158,18 +158,24 @@ def _stage_worker() -> psutil.Process | None:
     return None
 
 
-def test_a_worker_killed_mid_stage_leaves_no_result_and_a_rerun_succeeds(
-        cluster: dict, tmp_path: Path) -> None:
-    model = MODEL.format(word="kill") + "[stages.train]\nsleep = 4.0\n"
-    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, {"m3": model})
-    proc = project.popen("train:m3")
-    running = project.root / "build/m3/train.running.log"
+def _train_running(project: Project, model: str) -> tuple[subprocess.Popen, psutil.Process]:
+    """`doit train:<model>` started, once the rule prints on its node; and its Ray worker."""
+    proc = project.popen(f"train:{model}")
+    running = project.root / f"build/{model}/train.running.log"
     deadline = time.monotonic() + 120
     while "starting train" not in (running.read_text() if running.exists() else ""):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
     worker = _stage_worker()
     assert worker is not None
+    return proc, worker
+
+
+def test_a_worker_killed_mid_stage_leaves_no_result_and_a_rerun_succeeds(
+        cluster: dict, tmp_path: Path) -> None:
+    model = MODEL.format(word="kill") + "[stages.train]\nsleep = 4.0\n"
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, {"m3": model})
+    proc, worker = _train_running(project, "m3")
     os.kill(worker.pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
@@ -229,14 +235,7 @@ def test_heartbeats_of_a_remote_stage_reach_the_driver(cluster: dict, tmp_path: 
 def test_ctrl_c_on_the_driver_cancels_the_remote_stage(cluster: dict, tmp_path: Path) -> None:
     model = MODEL.format(word="cancel") + "[stages.train]\nsleep = 60.0\n"
     project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, {"m6": model})
-    proc = project.popen("train:m6")
-    running = project.root / "build/m6/train.running.log"
-    deadline = time.monotonic() + 120
-    while "starting train" not in (running.read_text() if running.exists() else ""):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.2)
-    worker = _stage_worker()
-    assert worker is not None
+    proc, worker = _train_running(project, "m6")
     os.kill(proc.pid, signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode != 0

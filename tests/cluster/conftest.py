@@ -11,21 +11,19 @@ namespace. Skipped without unshare or ray, unless CI=true (then they fail).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from fakes.cache_server import NginxCache
 
+from .raycluster import start, stop
+
 CLONE_NEWNET = 0x40000000
-HERE = Path(__file__).resolve().parent
 # Three nodes: plain CPUs (the head), the device host, the GPU host; all on one machine.
 NODES = [
     {"num_cpus": 2, "node_name": "cpu-node"},
@@ -89,22 +87,11 @@ def cluster(netns: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     env = {**os.environ, "HEFBUILD_STORE": str(tmp / "node-store"),
            "RAY_BACKEND_LOG_LEVEL": "error", "RAY_USAGE_STATS_ENABLED": "0"}
     with inside(netns):
-        with open(tmp / "cluster.err", "w") as err:  # the child keeps its own copy
-            proc = subprocess.Popen([sys.executable, str(HERE / "cluster.py"),
-                                     json.dumps(NODES)], stdout=subprocess.PIPE, stderr=err,
-                                    text=True, env=env)
+        proc, address = start(NODES, tmp / "cluster.err", env)
         cache = NginxCache(root=tmp / "nginx").start()
         try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line, (tmp / "cluster.err").read_text()[-3000:]
-            yield {"address": json.loads(line)["address"], "cache": cache, "pid": proc.pid,
+            yield {"address": address, "cache": cache, "pid": proc.pid,
                    "node_store": tmp / "node-store"}
         finally:
             cache.stop()
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop(proc)

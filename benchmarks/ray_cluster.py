@@ -1,6 +1,6 @@
 """The Ray executor, as ratios against a baseline run side by side.
 
-    python benchmarks/cluster.py [--models N] [--stages S] [--rounds R]
+    python benchmarks/ray_cluster.py [--models N] [--stages S] [--rounds R]
 
 Runs inside a network namespace of its own (re-executes itself under `unshare --net`,
 root needed): every socket on loopback, as our machines require. The Ray nodes are
@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests")]
+from cluster.raycluster import start, stop  # noqa: E402
 from fakes.cache_server import NginxCache  # noqa: E402
 
 PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "targets", "images")
@@ -61,24 +61,7 @@ def start_cluster(nodes: int, tmp: Path) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "HEFBUILD_STORE": str(tmp / f"node-store-{nodes}"),
            "RAY_BACKEND_LOG_LEVEL": "error", "RAY_USAGE_STATS_ENABLED": "0"}
     tmp.mkdir(parents=True, exist_ok=True)
-    with open(tmp / f"cluster-{nodes}.err", "w") as err:
-        proc = subprocess.Popen([sys.executable, str(REPO / "tests/ray/cluster.py"),
-                                 json.dumps(spec)], stdout=subprocess.PIPE, stderr=err,
-                                text=True, env=env)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        raise SystemExit((tmp / f"cluster-{nodes}.err").read_text()[-2000:])
-    return proc, json.loads(line)["address"]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+    return start(spec, tmp / f"cluster-{nodes}.err", env)
 
 
 def doit(root: Path, store: Path, *args: str, env: dict[str, str]) -> float:
