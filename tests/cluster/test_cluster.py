@@ -71,6 +71,8 @@ from pathlib import Path
 action = json.loads(Path(sys.argv[1]).read_text())
 print("starting", action["stage"], flush=True)
 time.sleep(action["params"]["sleep"])
+if action["params"]["word"] == "fail":
+    sys.exit("error: the word was fail")
 seen = [p.read_text() for d in sorted(action["inputs"].values())
         for p in sorted(Path(d).rglob("*")) if p.is_file()]
 text = "".join(seen) + action["params"]["word"] + "\\n"
@@ -134,6 +136,12 @@ def test_each_stage_runs_on_a_node_with_its_resources(cluster: dict, tmp_path: P
     assert "ran on " in summary and "device-node (check:m1)" in summary
     # the node's log reached build/ on the driver, and nothing came through a local run
     assert "running on node gpu-node" in (project.root / "build/m1/train/log.txt").read_text()
+
+    # Only descriptions travelled through Ray: every blob went through the cache, each
+    # put at most once (the driver and the nodes ask first), and no entry was published.
+    puts = [path for method, path, _ in cluster["cache"].requests() if method == "PUT"]
+    assert puts and len(puts) == len(set(puts)), puts
+    assert all("/cas/" in p for p in puts), puts
 
     again = project.doit("check:m1")
     assert again.returncode == 0 and again.tasks("built") == set(), again.stdout
@@ -242,3 +250,16 @@ def test_ctrl_c_on_the_driver_cancels_the_remote_stage(cluster: dict, tmp_path: 
     psutil.wait_procs([worker], timeout=30)
     assert not worker.is_running(), "the Ray task still runs after Ctrl-C on the driver"
     assert not (project.root / "build/m6/train/manifest.json").exists()
+
+
+def test_a_rule_that_fails_on_a_node_fails_here_with_its_own_line(
+        cluster: dict, tmp_path: Path) -> None:
+    model = MODEL.format(word="x") + "[stages.train]\nword = \"fail\"\n"
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster, {"m7": model})
+    run = project.doit("train:m7")
+    assert run.returncode != 0
+    assert run.outcomes()["train:m7"] == "failed"
+    assert "error: the word was fail" in run.stdout + run.stderr
+    failed_log = (project.root / "build/m7/train.failed.log").read_text()
+    assert "running on node gpu-node" in failed_log and "the word was fail" in failed_log
+    assert not (project.root / "build/m7/train/manifest.json").exists()
