@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StageError
-from ..remote.cas import BlobStore
+from ..remote.cas import BlobStore, MissingBlob, WrongBytes
+from ..remote.transport import RemoteError
 from ..resources import shown
 from ..settings import CacheSettings
 from ..store import Store
@@ -125,8 +126,13 @@ class RayExecutor:
             raise StageError(f"{stage.task} needs {shown(wanted(options))}: {why} in the Ray "
                              f"cluster at {self.cluster.address}")
         blobs = BlobStore(self.cache)
-        remote = self._describe(stage, blobs)
-        return _Relay(stage, blobs, self.store).follow(self.cluster, remote, options)
+        try:
+            remote = self._describe(stage, blobs)
+            return _Relay(stage, blobs, self.store).follow(self.cluster, remote, options)
+        except (RemoteError, MissingBlob, WrongBytes) as exc:
+            raise StageError(f"{stage.task}: remote cache {self.cache.shown}: {exc}, while "
+                             f"moving the stage's files to or from the cluster; nothing was "
+                             f"stored") from exc
 
     def _describe(self, stage: StageRun, blobs: BlobStore) -> RemoteStage:
         """Every file the stage reads is put in the CAS (if missing) and named by digest."""
