@@ -88,7 +88,8 @@ class Engine:
         self.stream_logs = False  # `doit -v 2`: each rule's output to the terminal as it runs
         self.checks = checks_of({m.target: m.pipeline for m in project.models.values()}.values())
         self.events = EventLog(self.paths.build / "events.jsonl")
-        self._rule_files: dict[str, list[Path]] = {}  # rule -> its code files, per invocation
+        # (rule, declared code...) -> its code files, per invocation
+        self._rule_files: dict[tuple[str, ...], list[Path]] = {}
 
     # -- keys ------------------------------------------------------------------------
 
@@ -221,9 +222,10 @@ class Engine:
                                               paths, note))
 
     def _rule_paths(self, action: Action) -> list[Path]:
-        if action.rule not in self._rule_files:
-            self._rule_files[action.rule] = rule_code_files(self.paths.rules, action.rule)
-        return self._rule_files[action.rule]
+        code = (action.rule, *action.code)
+        if code not in self._rule_files:
+            self._rule_files[code] = rule_code_files(self.paths.rules, action.rule, action.code)
+        return self._rule_files[code]
 
     # -- doing -----------------------------------------------------------------------
 

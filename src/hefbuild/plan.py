@@ -35,6 +35,7 @@ class Action:
     # Stages of the same model that must succeed first; not inputs: neither in the key
     # nor mounted (doit orders by them, the engine never looks at them).
     after: tuple[str, ...] = ()
+    code: tuple[str, ...] = ()  # more files of the rule's code, under rules/ (targets.py)
 
     @property
     def task(self) -> str:
@@ -62,6 +63,7 @@ def plan_model(model: ModelSpec) -> list[Action]:
             model.name, sdef.name, model.target, sdef.rule, sdef.inputs, sdef.outputs,
             params, files, source, model.stage_toolchains[sdef.name],
             model.stage_limits.get(sdef.name, StageLimits(gpu=sdef.gpu)), sdef.after,
+            sdef.code,
         ))
     return actions
 
@@ -85,11 +87,12 @@ def artifact_task(model: ModelSpec) -> str | None:
     return task_name(art.stage, model.name) if art else None
 
 
-def rule_code_files(rules_dir: Path, rule: str) -> list[Path]:
-    """The rule file and the `rules/common` modules it imports, transitively."""
+def rule_code_files(rules_dir: Path, rule: str, code: tuple[str, ...] = ()) -> list[Path]:
+    """The rule file, its declared `code` files and the `rules/common` modules they import,
+    transitively."""
     common = rules_dir / "common"
     seen: dict[Path, None] = {}
-    todo = [rules_dir / rule]
+    todo = [rules_dir / rule, *(rules_dir / c for c in code)]
     while todo:
         path = todo.pop()
         if path in seen or not path.is_file():

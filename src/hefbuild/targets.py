@@ -57,7 +57,7 @@ _TOP_KEYS = {"target", "stages", "keep", "watch"}
 _TARGET_KEYS = {"description", "artifact", "check", "default_checks", "test_double", "device"}
 _ARTIFACT_KEYS = {"alias", "stage", "file", "group_doc"}
 _STAGE_KEYS = {"name", "rule", "inputs", "after", "outputs", "toolchain", "gpu", "source",
-               "group_doc", "report", "report_title", "params", RESOURCES}
+               "group_doc", "report", "report_title", "params", "code", RESOURCES}
 _PARAM_KEYS = {"type", "default", "min", "max", "choices", "when", "inherit", "doc"}
 _KEEP_KEYS = {"name", "stage", "output", "dest", "group_doc"}
 _WATCH_KEYS = {"keywords", "lower", "group", "placing", "phases"}
@@ -88,6 +88,9 @@ class StageDef:
     group_doc: str = ""  # what `doit list` says of the group of this stage
     report: StageReport | None = None  # shown on the report page (`doit report`)
     resources: dict[str, float] = field(default_factory=dict)  # where it may run (no key)
+    # Files under rules/ the rule runs or ships but does not import (a script it copies to
+    # a device): part of its code, so in its key and sent with it to a cluster node.
+    code: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,11 @@ def _stage(table: dict[str, Any], where: str, earlier: list[str], shown: str,
         raise SpecError(shown, f"{where}.rule", "the stage's program, a path under rules/")
     if root is not None and not (root / "rules" / rule).is_file():
         raise SpecError(shown, f"{where}.rule", f"rules/{rule} does not exist")
+    code = _names(table, "code", where, shown)
+    for extra in code:
+        if root is not None and not (root / "rules" / extra).is_file():
+            raise SpecError(shown, f"{where}.code", f"files under rules/; rules/{extra} "
+                            f"does not exist")
     inputs = _names(table, "inputs", where, shown)
     for up in inputs:
         if up not in earlier:
@@ -251,7 +259,8 @@ def _stage(table: dict[str, Any], where: str, earlier: list[str], shown: str,
                     _names(table, "after", where, shown), flags["source"],
                     _str(table, "group_doc", shown, where),
                     _report(table, name, outputs, where, shown),
-                    parse_resources(table.get(RESOURCES, {}), shown, f"{where}.{RESOURCES}"))
+                    parse_resources(table.get(RESOURCES, {}), shown, f"{where}.{RESOURCES}"),
+                    code)
 
 
 def _report(table: dict[str, Any], name: str, outputs: tuple[str, ...], where: str,

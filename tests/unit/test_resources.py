@@ -89,3 +89,21 @@ def test_the_end_of_run_line_names_the_node_of_each_built_stage() -> None:
     line = summary_line({"built": 3, "nodes": nodes})
     assert line.endswith("; ran on cpu-1 (a:m), gpu-1 (b:m, c:m)")
     assert "ran on" not in summary_line({"built": 3})
+
+
+def test_a_stages_declared_code_is_part_of_its_rule(tmp_path) -> None:  # noqa: ANN001
+    """A script the rule ships but does not import (hailo10h verify's device_check.py) is
+    among its code files: in its key, and sent with it to a cluster node."""
+    from hefbuild.plan import rule_code_files
+
+    rules = tmp_path / "rules"
+    (rules / "common").mkdir(parents=True)
+    (rules / "common/__init__.py").write_text("")
+    (rules / "common/util.py").write_text("X = 1\n")
+    (rules / "t").mkdir()
+    (rules / "t/run.py").write_text("print('rule')\n")
+    (rules / "t/ship.py").write_text("from common import util\n")
+    assert rule_code_files(rules, "t/run.py") == [rules / "t/run.py"]
+    assert rule_code_files(rules, "t/run.py", ("t/ship.py",)) == sorted(
+        [rules / "t/run.py", rules / "t/ship.py", rules / "common/util.py",
+         rules / "common/__init__.py"])

@@ -123,6 +123,10 @@ BAD = [
      "targets/toy.toml: stages[1].report_title: needs report (the file it heads)"),
     (GOOD.replace('device = "a toy device"', "device = 10"),
      "targets/toy.toml: target.device: a string, got 10"),
+    (GOOD.replace('rule = "toy/make.py"', 'rule = "toy/make.py"\ncode = ["toy/gone.py"]'),
+     "targets/toy.toml: stages[0].code: files under rules/; rules/toy/gone.py does not exist"),
+    (GOOD.replace('rule = "toy/make.py"', 'rule = "toy/make.py"\nresources = { GPU = 0 }'),
+     "targets/toy.toml: stages[0].resources.GPU: a positive number, got 0"),
     ("[target]\n", "targets/toy.toml: stages: a non-empty array of tables ([[stages]])"),
     ("[[stages]\n", "targets/toy.toml: malformed TOML"),
 ]
