@@ -25,7 +25,7 @@ from .plan import plan_model
 from .project import Project, load_project
 from .targets import BUILTIN_TARGETS, TARGETS_DIR
 
-FORMAT = 6  # 3: a model carries its target's declaration; 4: and its variants; 5: resources; 6: code
+FORMAT = 6  # 4: a model carries its variants; 5: stages carry resources; 6: and code
 _LOADER_CODE = ("specs.py", "params.py", "targets.py", "declfile.py", "project.py", "plan.py",
                 "projectcache.py", "variants.py")
 
