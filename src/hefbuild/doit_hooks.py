@@ -20,6 +20,7 @@ from .lock import ProjectLock
 from .project import STATE_DIR
 from .session import engine_for, fast_path_at, project_at
 from .summary import check_verdict, events_since, outcome_counts, summary_line
+from .upload_queue import UploadQueue
 
 
 class DigestChecker(FileChangedChecker):
@@ -143,8 +144,25 @@ class HefbuildReporter(ConsoleReporter):
             self._blocked_line()
             self._group_table()
             self._summarize()
+            self._flush_uploads()
         finally:
             self._lock.release()
+
+    def _flush_uploads(self) -> None:
+        """Results an earlier run stored but never uploaded (killed, or the cache was down)
+        go now; a run with nothing pending pays one folder listing."""
+        project = project_at(self.root)
+        cache = project.settings.cache
+        if cache.remote is None or not cache.upload:
+            return
+        from .store import STORE_FORMAT  # only where uploads are on
+
+        if not UploadQueue(project.paths.store / STORE_FORMAT, cache.remote).pending():
+            return
+        sent = engine_for(self.root).flush_uploads()
+        if sent:
+            self.write(f"uploaded {sent} result{'s' if sent > 1 else ''} of earlier runs to "
+                       f"{cache.shown}\n")
 
     def _blocked_line(self) -> None:
         line = blocked_line(sorted(t for t in getattr(self, "_blocked", ()) if ":" in t))

@@ -45,6 +45,7 @@ from .store import STORE_FORMAT, Record, Store, sweep_staging
 from .storelock import StoreLock, register_project
 from .summary import check_figures, check_verdict
 from .toolchain import ToolchainResolver, interpreter_path
+from .upload_queue import UploadQueue
 
 MANIFEST = "manifest.json"
 LOG = "log.txt"
@@ -274,13 +275,13 @@ class Engine:
             return Outcome.UPTODATE, None, {}
         if decision.outcome is Outcome.RESTORED and not force:
             with self.store_lock.shared():
-                record = self._local(key)
+                record = self._local(action, key)
                 if record is not None:
                     return self._install(action, key, Outcome.RESTORED, record, {}, start)
         with self.store.building(key.hex, lambda: self._say_waiting(action, key)):
             if not force:
                 with self.store_lock.shared():
-                    found = self._local(key)
+                    found = self._local(action, key)
                     if found is not None:  # another process built it while we waited
                         return self._install(action, key, Outcome.RESTORED, found, {}, start)
                     fetched = self._fetch(action, key)
@@ -301,12 +302,15 @@ class Engine:
         self.store.touch(key.hex)
         return outcome, record, extra
 
-    def _local(self, key: ActionKey) -> Record | None:
+    def _local(self, action: Action, key: ActionKey) -> Record | None:
+        """The store's result for `key`, checked as a remote one is before anything of it
+        reaches build/: its outputs are the declared ones, at safe paths, all intact."""
         record = self.store.get_record(key.hex)
-        if record is not None and self.store.intact(record):
+        if record is None:
+            return None
+        if fits_declared(record, action.outputs) and self.store.intact(record):
             return record
-        if record is not None:
-            self.store.drop_record(key.hex)  # corrupt: rebuild
+        self.store.drop_record(key.hex)  # corrupt or not this stage's: a miss, rebuilt
         return None
 
     def _fetch(self, action: Action, key: ActionKey) -> tuple[Record, dict[str, Any]] | None:
@@ -314,13 +318,8 @@ class Engine:
         remote = self.remote
         if remote is None:
             return None
-        fetched = remote.fetch(key.hex, self.store, action.task)
+        fetched = remote.fetch(key.hex, self.store, action.task, action.outputs)
         if fetched is None:
-            return None
-        if not fits_declared(fetched.record, action.outputs):
-            self.store.drop_record(key.hex)
-            self.warn(f"remote cache {remote.shown}: the entry for {action.task} names "
-                      f"outputs it does not declare; ignored, building locally")
             return None
         return fetched.record, {"bytes": fetched.bytes,
                                 "remote_seconds": round(fetched.seconds, 3)}
@@ -330,6 +329,33 @@ class Engine:
         remote = self.remote
         if remote is not None and remote.uploading:
             remote.upload(record, self.store)
+
+    def _queue_upload(self, action: Action, key: ActionKey) -> None:
+        """Before a result is recorded: a `kill -9` before its upload leaves it queued."""
+        cache = self.project.settings.cache
+        if cache.remote is not None and cache.upload:
+            UploadQueue(self.store.root, cache.remote).add(key.hex, action.task)
+
+    def flush_uploads(self) -> int:
+        """Upload what earlier runs stored but did not send (killed, or the cache was
+        down); the number of results sent. A no-op costs one folder listing."""
+        cache = self.project.settings.cache
+        if cache.remote is None or not cache.upload:
+            return 0
+        queue = UploadQueue(self.store.root, cache.remote)
+        pending = queue.pending()
+        remote = self.remote if pending else None
+        sent = 0
+        for key in pending:
+            if remote is None or not remote.uploading:
+                break
+            record = self.store.get_record(key)
+            if record is None or not self.store.intact(record):
+                queue.done(key)  # gone or corrupt: nothing to send
+                continue
+            with self.store_lock.shared():
+                sent += remote.upload(record, self.store) is not None
+        return sent
 
     @property
     def remote(self) -> RemoteCache | None:
@@ -410,6 +436,7 @@ class Engine:
                       outputs: dict[str, Path], log_path: Path, isolation: str) -> Record:
         stored = {rel: self.store.put_file(path) for rel, path in outputs.items()}
         log = self.store.put_file(log_path)
+        self._queue_upload(action, key)
         record = Record(key.hex, action.stage, stored, log.digest,
                         key.description["toolchain"], round(result.seconds, 3),
                         round(result.peak_rss_mb, 1), key.description,

@@ -11,6 +11,8 @@ messages show.
     remote = "https://cache.example.org/hefbuild"   # or file:///mnt/shared/hefbuild-cache
     upload = false                                   # developers read, CI writes
     timeout = "30s"                                  # idle timeout of every request
+    min_rate = "1MiB"                                # slowest transfer kept, per second
+    worker = "ci-runner-3"                           # the entries' worker name ("hefbuild")
     trusted_keys = ["ci-2026:BASE64PUBLICKEY"]       # accept only entries signed by these
     signing_key = "/path/to/ci.secret"               # sign uploads (usually from the env)
 
@@ -19,8 +21,9 @@ messages show.
     address = "ray://head.example.org:10001"         # or "auto"; HEFBUILD_RAY_ADDRESS wins
 
 Environment (CI runners): HEFBUILD_SANDBOX, HEFBUILD_REMOTE_CACHE, HEFBUILD_REMOTE_UPLOAD,
-HEFBUILD_REMOTE_TIMEOUT, HEFBUILD_TRUSTED_KEYS (comma-separated), HEFBUILD_SIGNING_KEY (a
-key file), HEFBUILD_REMOTE_TOKEN (bearer), HEFBUILD_REMOTE_USER + HEFBUILD_REMOTE_PASSWORD
+HEFBUILD_REMOTE_TIMEOUT, HEFBUILD_REMOTE_MIN_RATE, HEFBUILD_REMOTE_WORKER,
+HEFBUILD_TRUSTED_KEYS (comma-separated), HEFBUILD_SIGNING_KEY (a key file),
+HEFBUILD_REMOTE_TOKEN (bearer), HEFBUILD_REMOTE_USER + HEFBUILD_REMOTE_PASSWORD
 (basic), HEFBUILD_REMOTE_CA_BUNDLE (PEM file), HEFBUILD_RAY_ADDRESS (stages on that Ray
 cluster), HEFBUILD_EXECUTOR (`local` runs everything here whatever the file says).
 """
@@ -34,12 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
-from .params import parse_duration
+from .params import parse_duration, parse_size
 
 SETTINGS_FILE = "hefbuild.toml"
 DEFAULT_TIMEOUT_S = 30.0
+# A transfer slower than this on average is a stalled cache: 1 MiB/s still moves 4 GB
+# within the hour, and a server trickling a byte every few seconds is cut off.
+DEFAULT_MIN_RATE = 1 << 20
+DEFAULT_WORKER = "hefbuild"  # not the hostname: CI machines' names would leak into the cache
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]+:[A-Za-z0-9+/]{43}=$")  # name:base64(32 bytes)
-_CACHE_KEYS = {"remote", "upload", "timeout", "trusted_keys", "signing_key", "ca_bundle"}
+_CACHE_KEYS = {"remote", "upload", "timeout", "min_rate", "worker", "trusted_keys",
+               "signing_key", "ca_bundle"}
 _SECRET_KEYS = {"token", "password", "user", "username", "auth"}
 
 
@@ -64,6 +72,8 @@ class CacheSettings:
     remote: str | None = None  # base URL without credentials
     upload: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
+    min_rate: int = DEFAULT_MIN_RATE  # bytes per second (transport: a transfer's deadline)
+    worker: str = DEFAULT_WORKER  # ExecutedActionMetadata.worker of the entries it writes
     trusted_keys: tuple[str, ...] = ()
     signing_key: Path | None = None
     ca_bundle: Path | None = None
@@ -157,6 +167,8 @@ def _cache(table: dict[str, Any], env: dict[str, str], root: Path) -> CacheSetti
         remote=remote,
         upload=_upload(env.get("HEFBUILD_REMOTE_UPLOAD", table.get("upload", False))),
         timeout_s=_timeout(env.get("HEFBUILD_REMOTE_TIMEOUT", table.get("timeout"))),
+        min_rate=_min_rate(env.get("HEFBUILD_REMOTE_MIN_RATE", table.get("min_rate"))),
+        worker=_worker(env.get("HEFBUILD_REMOTE_WORKER", table.get("worker"))),
         trusted_keys=_trusted(env.get("HEFBUILD_TRUSTED_KEYS", table.get("trusted_keys", []))),
         signing_key=_file(env.get("HEFBUILD_SIGNING_KEY", table.get("signing_key")),
                           "signing_key", root),
@@ -225,6 +237,29 @@ def _timeout(value: Any) -> float:
     return float(seconds)
 
 
+def _min_rate(value: Any) -> int:
+    if value is None:
+        return DEFAULT_MIN_RATE
+    try:
+        rate = parse_size(value)
+    except (TypeError, ValueError):
+        rate = 0
+    if not rate >= 1024:
+        raise SpecError(SETTINGS_FILE, "cache.min_rate (or HEFBUILD_REMOTE_MIN_RATE)",
+                        f"bytes per second, at least 1KiB, like \"1MiB\", got {value!r}")
+    return rate
+
+
+def _worker(value: Any) -> str:
+    if value is None:
+        return DEFAULT_WORKER
+    if not isinstance(value, str) or not re.fullmatch(r"[\x21-\x7e]{1,128}", value):
+        raise SpecError(SETTINGS_FILE, "cache.worker (or HEFBUILD_REMOTE_WORKER)",
+                        f"a name of 1-128 printable ASCII characters without spaces, got "
+                        f"{value!r}")
+    return value
+
+
 def _trusted(value: Any) -> tuple[str, ...]:
     keys = [k.strip() for k in value.split(",") if k.strip()] if isinstance(value, str) \
         else value
@@ -275,9 +310,9 @@ def _from_netrc(host: str, env: dict[str, str]) -> Credentials:
 
 
 def worker_cache(remote: str, timeout_s: float, env: dict[str, str] | None = None,
-                 ) -> CacheSettings:
+                 min_rate: int = DEFAULT_MIN_RATE) -> CacheSettings:
     """The cache as a cluster node reaches it: the driver sends the URL only; credentials
     are the node's own (its environment or ~/.netrc), never carried with a task."""
     env = dict(os.environ) if env is None else env
-    return CacheSettings(remote, timeout_s=timeout_s,
+    return CacheSettings(remote, timeout_s=timeout_s, min_rate=min_rate,
                          credentials=_credentials(remote, Credentials(), env))

@@ -9,6 +9,8 @@ On-disk layout (format v1), under the store root:
     v1/locks/<k[:2]>/<k>.lock    held (flock) by the one process building key k, so two
                                  builders of one key build it once
     v1/projects/<id>.json        the projects whose build/ links objects (for `doit gc`)
+    v1/uploads/<r>/<k>           result k is still to be uploaded to remote cache r
+                                 (hefbuild.upload_queue)
     v1/gc.lock                   shared by writers, exclusive for `doit gc`
 
 A record's mtime is its last use (build, restore, remote fetch): `doit gc` drops the
@@ -31,11 +33,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .digest import Digest, sha256_file
 from .errors import StoreError
-from .statcache import StatCache
+
+if TYPE_CHECKING:  # sqlite3 only where a store is used, not on a no-op
+    from .statcache import StatCache
 
 STORE_FORMAT = "v1"
 
@@ -202,6 +206,11 @@ class Store:
 
     def has_record(self, key: str) -> bool:
         return self._record_path(key).is_file()
+
+    def drop_object(self, digest: str) -> None:
+        """Remove an object found corrupt (its records then fail `intact` and are dropped)."""
+        with suppress(OSError):
+            self.object_path(digest).unlink()
 
     def drop_record(self, key: str) -> None:
         """Forget a result (a corrupt one: a miss either way, so a read-only store is fine)."""

@@ -53,10 +53,10 @@ FULL = ActionResultMessage(
     exit_code=3,
     stdout=BlobRef(C, 17),
     worker="hefbuild@host-1",
-    worker_start=1_700_000_000.25,
-    worker_completed=1_700_000_012.123456,
-    execution_start=1_700_000_001.0,
-    execution_completed=1_700_000_011.999999,
+    worker_start=1_700_000_000_250_000_000,
+    worker_completed=1_700_000_012_123_456_789,
+    execution_start=1_700_000_001_000_000_000,
+    execution_completed=1_700_000_011_999_999_999,
     auxiliary=(Metadata("type.googleapis.com/hefbuild.Stats", b"\x00\xff\x80binary\n"),),
 )
 
@@ -67,7 +67,7 @@ MESSAGES = [
     ActionResultMessage((), exit_code=(1 << 31) - 1),
     ActionResultMessage(tuple(OutputEntry(f"out/{i:04d}.bin", BlobRef(B, i)) for i in range(500))),
     ActionResultMessage((), auxiliary=(Metadata("t", b""), Metadata("", bytes(range(256))))),
-    ActionResultMessage((), worker_start=0.0, execution_completed=-1.5),
+    ActionResultMessage((), worker_start=0, execution_completed=-1_500_000_000),
     ActionResultMessage((OutputEntry("ünïcödé/ファイル", BlobRef(A, (1 << 63) - 1), True),)),
     FULL,
 ]
@@ -91,20 +91,22 @@ def test_known_bytes() -> None:
 
 
 def test_timestamp_split() -> None:
-    def stamp(t: float) -> bytes:
-        data = encode_action_result(ActionResultMessage((), worker_start=t))
+    def stamp(ns: int) -> bytes:
+        data = encode_action_result(ActionResultMessage((), worker_start=ns))
         return data[4:]  # 0x4a len 0x1a len: execution_metadata { worker_start_timestamp {...} }
 
-    assert stamp(1.5) == field(1, 0, 1) + field(2, 0, 500_000_000)
-    assert stamp(-1.5) == field(1, 0, -2) + field(2, 0, 500_000_000)
-    assert stamp(0.0) == b""
-    assert stamp(0.9999999999) == field(1, 0, 1)  # nanos rounding up to 1e9 carries
+    assert stamp(1_500_000_000) == field(1, 0, 1) + field(2, 0, 500_000_000)
+    assert stamp(-1_500_000_000) == field(1, 0, -2) + field(2, 0, 500_000_000)
+    assert stamp(0) == b""
+    assert stamp(999_999_999) == field(2, 0, 999_999_999)
+    assert stamp(1_000_000_000) == field(1, 0, 1)
 
 
 @pytest.mark.parametrize(
-    "t", [1_700_000_000.123456, 1_700_000_000.999999, 0.1, 1e-9, -0.001, 2_000_000_000.000001]
+    "t", [1_700_000_000_123_456_789, 1_700_000_000_999_999_999, 1, -1, -1_000_000,
+          2_000_000_000_000_000_001]
 )
-def test_fractional_timestamps_round_trip(t: float) -> None:
+def test_nanosecond_timestamps_round_trip_exactly(t: int) -> None:
     msg = ActionResultMessage((), worker_completed=t, execution_start=t)
     assert decode_action_result(encode_action_result(msg)) == msg
 
@@ -141,7 +143,7 @@ def test_unknown_fields_of_every_wire_type_are_skipped() -> None:
         exit_code=2,
         stdout=BlobRef(C, 3),
         worker="w",
-        worker_start=10.5,
+        worker_start=10_500_000_000,
         auxiliary=(Metadata("url", b"\x00"),),
     )
 

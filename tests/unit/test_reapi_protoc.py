@@ -40,10 +40,9 @@ def pb(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     return compile_reapi_subset(tmp_path_factory.mktemp("reapi_pb2"))
 
 
-def split(t: float) -> tuple[int, int]:
-    """Seconds and nanos of the binary fractions used below (exact in a float)."""
-    seconds = int(t // 1)
-    return seconds, round((t - seconds) * 1e9)
+def split(ns: int) -> tuple[int, int]:
+    """A Timestamp's seconds and nanos (0 <= nanos < 1e9, also before the epoch)."""
+    return divmod(ns, 1_000_000_000)
 
 
 def to_pb(pb: ModuleType, msg: ActionResultMessage) -> Any:
@@ -77,10 +76,10 @@ FULL = ActionResultMessage(
     exit_code=3,
     stdout=BlobRef(C, 17),
     worker="hefbuild@host-1",
-    worker_start=1_700_000_000.25,
-    worker_completed=1_700_000_012.5,
-    execution_start=1_700_000_001.0,
-    execution_completed=1_700_000_011.75,
+    worker_start=1_700_000_000_250_000_000,
+    worker_completed=1_700_000_012_500_000_001,
+    execution_start=1_700_000_001_000_000_000,
+    execution_completed=1_700_000_011_750_000_000,
     auxiliary=(Metadata("type.googleapis.com/hefbuild.Stats", b"\x00\xff\x80binary\n"),),
 )
 
@@ -91,8 +90,8 @@ MESSAGES = [
     ActionResultMessage((), exit_code=(1 << 31) - 1),
     ActionResultMessage(tuple(OutputEntry(f"out/{i:04d}.bin", BlobRef(B, i)) for i in range(300))),
     ActionResultMessage((), auxiliary=(Metadata("t", b""), Metadata("", bytes(range(256))))),
-    ActionResultMessage((), worker_start=0.0),
-    ActionResultMessage((), execution_completed=-1.5, worker="w"),
+    ActionResultMessage((), worker_start=0),
+    ActionResultMessage((), execution_completed=-1_500_000_000, worker="w"),
     ActionResultMessage((OutputEntry("ünïcödé/ファイル", BlobRef(A, (1 << 63) - 1), True),)),
     ActionResultMessage((OutputEntry("", BlobRef(A, 0)),), stdout=BlobRef(B, 0)),
     FULL,
@@ -120,15 +119,14 @@ def test_our_encoding_parses_with_protobuf(pb: ModuleType) -> None:
     assert parsed.SerializeToString(deterministic=True) == data  # nothing unknown or left over
 
 
-def test_fractional_timestamp_parses_to_floor_and_nanos(pb: ModuleType) -> None:
-    t = 1_700_000_000.123456
+def test_timestamps_keep_every_nanosecond(pb: ModuleType) -> None:
+    ns = 1_700_000_000_123_456_789  # a float of seconds near 1.7e9 holds only ~0.24 us
     parsed = pb.ActionResult.FromString(
-        encode_action_result(ActionResultMessage((), worker_start=t))
+        encode_action_result(ActionResultMessage((), worker_start=ns))
     )
     stamp = parsed.execution_metadata.worker_start_timestamp
-    assert stamp.seconds == 1_700_000_000 and 0 <= stamp.nanos < 10**9
-    assert abs(stamp.nanos - 123_456_000) < 1_000  # a float near 1.7e9 is precise to ~0.24 us
-    negative = encode_action_result(ActionResultMessage((), worker_start=-0.25))
+    assert (stamp.seconds, stamp.nanos) == (1_700_000_000, 123_456_789)
+    negative = encode_action_result(ActionResultMessage((), worker_start=-250_000_000))
     stamp = pb.ActionResult.FromString(negative).execution_metadata.worker_start_timestamp
     assert (stamp.seconds, stamp.nanos) == (-1, 750_000_000)
 
@@ -174,8 +172,8 @@ def test_messages_from_protobuf_decode(pb: ModuleType) -> None:
     assert decode_action_result(msg.SerializeToString()) == ActionResultMessage(
         output_files=(OutputEntry("a", BlobRef(A, 0), is_executable=True),),
         exit_code=-7,
-        worker_completed=0.0,
-        execution_start=0.5,
+        worker_completed=0,
+        execution_start=500_000_000,
         auxiliary=(Metadata("", b"\x01"),),
     )
 
@@ -186,7 +184,7 @@ def test_concatenated_messages_merge_like_protobuf(pb: ModuleType) -> None:
         (OutputEntry("more", BlobRef(B, 1)),),
         exit_code=9,
         stdout=BlobRef(A, 0),  # size 0 is not written: size 17 survives the merge
-        worker_completed=1_800_000_000.5,
+        worker_completed=1_800_000_000_500_000_000,
     )
     data = first + encode_action_result(second)
     ours = to_pb(pb, decode_action_result(data)).SerializeToString(deterministic=True)
@@ -197,8 +195,9 @@ def random_message(rng: random.Random) -> ActionResultMessage:
     def blob() -> BlobRef:
         return BlobRef("".join(rng.choices("0123456789abcdef", k=64)), rng.choice([0, 1, 2**40]))
 
-    def stamp() -> float | None:
-        return rng.choice([None, 0.0, rng.randint(-(2**31), 2**33) + rng.randint(0, 3) / 4])
+    def stamp() -> int | None:
+        seconds, nanos = rng.randint(-(2**31), 2**33), rng.randint(0, 10**9 - 1)
+        return rng.choice([None, 0, seconds * 10**9 + nanos])
 
     return ActionResultMessage(
         output_files=tuple(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StageError
-from ..remote.cas import BlobStore, MissingBlob, WrongBytes
+from ..remote.cas import BadBlob, BlobStore, MissingBlob
 from ..remote.transport import RemoteError
 from ..resources import shown
 from ..settings import CacheSettings
@@ -129,7 +129,7 @@ class RayExecutor:
         try:
             remote = self._describe(stage, blobs)
             return _Relay(stage, blobs, self.store).follow(self.cluster, remote, options)
-        except (RemoteError, MissingBlob, WrongBytes) as exc:
+        except (RemoteError, MissingBlob, BadBlob) as exc:
             raise StageError(f"{stage.task}: remote cache {self.cache.shown}: {exc}, while "
                              f"moving the stage's files to or from the cluster; nothing was "
                              f"stored") from exc

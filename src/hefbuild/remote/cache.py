@@ -8,41 +8,61 @@ meets an entry whose blobs were not uploaded):
                       output_files        every output (path relative to the stage dir),
                                           plus `.hefbuild/record.json`, the Record blob
                       stdout_digest       the stage log
-                      execution_metadata  worker, execution start/end, and, when signed,
-                                          one Any {SIGNATURE_TYPE, b"name:BASE64"}
+                      execution_metadata  worker (`[cache] worker`, never the hostname
+                                          unless asked), execution start/end (integer
+                                          nanoseconds), and, when signed, one Any packing
+                                          a hefbuild.v1.Signature (remote/signature.proto)
 
 A hit is trusted only after: the entry parses; when trusted keys are configured, it is
-signed by one of them over (key, record digest); the record names this key and agrees
-with the entry; and every blob is streamed into the local store while its SHA-256 is
-computed. Anything else is a miss. A broken cache (unreachable, slow, 401, 5xx, full)
-is switched off for the rest of the invocation with one warning; the build goes on.
+signed by one of them over (key, record digest); the record names this key, agrees with
+the entry, and names only outputs the stage declares, at safe relative paths; every blob
+the local store lacks is present with its declared size, and is streamed into the local
+store (stopping at that size) while its SHA-256 is computed. Only then is the record
+written to the local store. Anything else is a miss. A broken cache (unreachable, stalled,
+401, 5xx, full) is switched off for the rest of the invocation with one warning; the build
+goes on.
+
+An upload sends only blobs the cache lacks or holds with the wrong size (or served wrong
+bytes for, in this process), hashing each as it goes: a local object whose bytes no longer
+match its name is never sent; it is removed from the local store with its record.
 """
 
 from __future__ import annotations
 
 import hashlib
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ..outputs import fits_declared
 from ..store import Record, Store
-from .cas import BlobStore, WrongBytes, retry
+from ..upload_queue import UploadQueue
+from .cas import BadBlob, BlobStore, WrongBytes, retry
 from .reapi import (
+    SIGNATURE_TYPE,
     ActionResultMessage,
     BlobRef,
     Metadata,
     OutputEntry,
     ReapiDecodeError,
+    SignatureMessage,
     decode_action_result,
+    decode_signature,
     encode_action_result,
+    encode_signature,
 )
-from .signing import SigningKey, verify
-from .transport import Problem, RemoteError, Transport, transport_for
+from .signing import SigningKey, verify_raw
+from .transport import (
+    CorruptSource,
+    Oversized,
+    Problem,
+    RemoteError,
+    Transport,
+    transport_for,
+)
 
 RECORD_PATH = ".hefbuild/record.json"
-SIGNATURE_TYPE = "type.hefbuild.dev/hefbuild.v1.Signature"
 ENTRY_LIMIT = 4 << 20  # an ActionResult of ours is a few KB
 RECORD_LIMIT = 16 << 20
 T = TypeVar("T")
@@ -82,8 +102,10 @@ class RemoteCache:
 
     # -- reading ---------------------------------------------------------------------
 
-    def fetch(self, key: str, store: Store, task: str) -> Fetched | None:
-        """The verified result of `key`, inserted into `store`; None on any miss."""
+    def fetch(self, key: str, store: Store, task: str,
+              declared: tuple[str, ...] | None = None) -> Fetched | None:
+        """The verified result of `key`, inserted into `store`; None on any miss.
+        `declared`: the stage's outputs, which the record must name exactly."""
         if self._off is not None:
             return None
         start = time.monotonic()
@@ -91,10 +113,10 @@ class RemoteCache:
             raw = self._small(f"ac/{key}", ENTRY_LIMIT)
             if raw is None:
                 return None
-            record, blobs = self._trusted_record(key, raw, task)
+            record, blobs = self._trusted_record(key, raw, task, declared)
             wanted = {d: size for d, size in blobs.items() if not store.verify(d)}
             self._all_present(wanted, task)
-            got = sum(self._download(d, store, task) for d in sorted(wanted))
+            got = sum(self._download(d, size, store, task) for d, size in sorted(wanted.items()))
         except _Miss as miss:
             if miss.warning:
                 self._warn(f"remote cache {self.shown}: {miss.warning}")
@@ -105,7 +127,8 @@ class RemoteCache:
         store.put_record(record)
         return Fetched(record, got, time.monotonic() - start)
 
-    def _trusted_record(self, key: str, raw: bytes, task: str) -> tuple[Record, dict[str, int]]:
+    def _trusted_record(self, key: str, raw: bytes, task: str,
+                        declared: tuple[str, ...] | None) -> tuple[Record, dict[str, int]]:
         try:
             entry = decode_action_result(raw)
         except ReapiDecodeError as exc:
@@ -115,43 +138,67 @@ class RemoteCache:
         if ref is None:
             raise _Miss(f"ac/{key[:12]}… for {task} was not written by hefbuild; ignored")
         self._check_signature(key, entry, ref.hash, task)
-        blob = self._small(f"cas/{ref.hash}", RECORD_LIMIT)
-        if blob is None:
-            raise _Miss()  # evicted: rebuild, and the upload puts it back
+        blob = self._record_blob(ref, task)
         actual = hashlib.sha256(blob).hexdigest()
-        if actual != ref.hash:
+        if actual != ref.hash or len(blob) != ref.size:
+            self._blobs.bad.add(ref.hash)
             raise _Miss(_wrong_bytes(ref.hash, actual, task))
         record = _parse_record(blob, key, task)
+        if declared is not None and not fits_declared(record, declared):
+            raise _Miss(f"the entry for {task} names outputs it does not declare (or unsafe "
+                        f"paths); ignored, building locally")
         return record, _blobs_of(record, entry, task)
+
+    def _record_blob(self, ref: BlobRef, task: str) -> bytes:
+        if ref.size > RECORD_LIMIT:
+            raise _Miss(f"the entry for {task} declares a record of {ref.size} bytes; ignored")
+        try:
+            blob = self._small(f"cas/{ref.hash}", ref.size)
+        except Oversized:
+            self._blobs.bad.add(ref.hash)
+            raise _Miss(f"the record blob sha256:{ref.hash} of {task} is larger than the "
+                        f"{ref.size} bytes declared; not trusted, {task} is built locally"
+                        ) from None
+        if blob is None:
+            raise _Miss()  # evicted: rebuild, and the upload puts it back
+        return blob
 
     def _check_signature(self, key: str, entry: ActionResultMessage, record_digest: str,
                          task: str) -> None:
         trusted = self.settings.trusted_keys
         if not trusted:
             return
-        signatures = [m.value.decode(errors="replace") for m in entry.auxiliary
-                      if m.type_url == SIGNATURE_TYPE]
+        signatures = _signatures(entry)
         if not signatures:
             raise _Miss(f"the entry for {task} is unsigned; only entries signed by a trusted "
                         f"key are used (ignored, building locally)")
-        if not any(verify(s, key, record_digest, trusted) for s in signatures):
-            names = ", ".join(s.partition(":")[0] for s in signatures)
+        if not any(verify_raw(s.key_name, s.signature, key, record_digest, trusted)
+                   for s in signatures):
+            names = ", ".join(s.key_name for s in signatures)
             raise _Miss(f"the entry for {task} is signed by {names!r}, not by a trusted key "
                         f"(ignored, building locally)")
 
     def _all_present(self, wanted: dict[str, int], task: str) -> None:
-        for digest in sorted(wanted):
-            if not self._retry(self._t.head, f"cas/{digest}"):
+        """Every blob there with its declared size, before any is downloaded."""
+        for digest, size in sorted(wanted.items()):
+            there = self._retry(self._blobs.size, digest)
+            if there is None:
                 raise _Miss()  # the server evicted it: a miss, never a half restore
+            if there >= 0 and there != size:
+                self._blobs.bad.add(digest)
+                raise _Miss(f"blob sha256:{digest} of {task} is declared as {size} bytes, the "
+                            f"cache has {there}; not trusted, {task} is built locally")
 
-    def _download(self, digest: str, store: Store, task: str) -> int:
+    def _download(self, digest: str, size: int, store: Store, task: str) -> int:
         try:
-            size = self._blobs.download(digest, store)
+            got = self._blobs.download(digest, store, size)
         except WrongBytes as exc:
-            raise _Miss(_wrong_bytes(exc.expected, exc.actual, task)) from None
-        if size is None:
+            raise _Miss(_wrong_bytes(digest, exc.actual, task)) from None
+        except BadBlob as exc:
+            raise _Miss(f"{exc}; not trusted, {task} is built locally") from None
+        if got is None:
             raise _Miss()
-        return size
+        return got
 
     def _small(self, path: str, limit: int) -> bytes | None:
         def once() -> bytes | None:  # a retry starts from an empty buffer
@@ -163,31 +210,46 @@ class RemoteCache:
 
     # -- writing ---------------------------------------------------------------------
 
-    def upload(self, record: Record, store: Store) -> int:
-        """Blobs first (only the missing ones), the entry last; returns bytes sent."""
+    def upload(self, record: Record, store: Store) -> int | None:
+        """Blobs first (only those the cache lacks), the entry last; the bytes sent, or
+        None when the result could not be uploaded (it stays queued, or was corrupt)."""
         if not self.uploading:
-            return 0
+            return None
         before = self.sent
         try:
-            blob = record.to_json().encode()
-            ref = BlobRef(hashlib.sha256(blob).hexdigest(), len(blob))
-            entry = self._entry(record, ref, store)
-            if self._same_entry_there(record, ref.hash):
-                return 0
-            for digest in sorted(_digests(record)):
-                self._put_missing(digest, store)
-            if not self._retry(self._t.head, f"cas/{ref.hash}"):
-                self.sent += self._retry(self._t.put, f"cas/{ref.hash}", blob)
-            self.sent += self._retry(self._t.put, f"ac/{record.key}", encode_action_result(entry))
+            self._upload(record, store)
         except RemoteError as exc:
             self._switch_off(exc, "uploading")
+            return None
+        except CorruptSource as exc:
+            self._drop_corrupt(record, store, exc)
+            return None
+        UploadQueue(store.root, self.settings.remote).done(record.key)
         return self.sent - before
 
-    def _put_missing(self, digest: str, store: Store) -> None:
-        if not self._retry(self._t.head, f"cas/{digest}"):
-            self.sent += self._retry(self._t.put, f"cas/{digest}", store.object_path(digest))
+    def _upload(self, record: Record, store: Store) -> None:
+        blob = record.to_json().encode()
+        ref = BlobRef(hashlib.sha256(blob).hexdigest(), len(blob))
+        entry = self._entry(record, ref, store)
+        if self._same_entry_there(record):
+            return
+        for digest, size in sorted(_sizes(record, store).items()):
+            if not self._retry(self._blobs.has, digest, size):
+                self.sent += self._retry(self._t.put, f"cas/{digest}",
+                                         store.object_path(digest), digest)
+        if not self._retry(self._blobs.has, ref.hash, ref.size):
+            self.sent += self._retry(self._t.put, f"cas/{ref.hash}", blob, ref.hash)
+        self.sent += self._retry(self._t.put, f"ac/{record.key}", encode_action_result(entry))
 
-    def _same_entry_there(self, record: Record, record_digest: str) -> bool:
+    def _drop_corrupt(self, record: Record, store: Store, exc: CorruptSource) -> None:
+        store.drop_object(exc.expected)
+        store.drop_record(record.key)
+        UploadQueue(store.root, self.settings.remote).done(record.key)
+        self._warn(f"local store object sha256:{exc.expected} of {record.stage} is corrupt "
+                   f"(its bytes hash to sha256:{exc.actual[:12]}…): not uploaded to "
+                   f"{self.shown}; removed from the store, so the stage is built again")
+
+    def _same_entry_there(self, record: Record) -> bool:
         """An entry for this key with the same outputs, intact and acceptable: keep it."""
         raw = self._small(f"ac/{record.key}", ENTRY_LIMIT)
         if raw is None:
@@ -199,32 +261,36 @@ class RemoteCache:
         outputs = {o.path: o.blob.hash for o in entry.output_files if o.path != RECORD_PATH}
         if outputs != {rel: o.digest for rel, o in record.outputs.items()}:
             return False
-        ref = _record_ref(entry)
-        if ref is None or (self._signer is not None and not self._signed_by_us(entry, record)):
+        there = _record_ref(entry)  # another runner's record: its timings differ, not outputs
+        if there is None or (self._signer is not None and not self._signed_by_us(entry, record)):
             return False
-        blobs = [ref.hash, *_digests(record)]
-        return all(self._retry(self._t.head, f"cas/{d}") for d in blobs)
+        blobs = {there.hash: there.size, **{o.digest: o.size for o in record.outputs.values()}}
+        return all(self._retry(self._blobs.has, d, size) for d, size in sorted(blobs.items()))
 
     def _signed_by_us(self, entry: ActionResultMessage, record: Record) -> bool:
         assert self._signer is not None
         ref = _record_ref(entry)
         mine = (self._signer.public(),)
         return ref is not None and any(
-            verify(m.value.decode(errors="replace"), record.key, ref.hash, mine)
-            for m in entry.auxiliary if m.type_url == SIGNATURE_TYPE)
+            verify_raw(s.key_name, s.signature, record.key, ref.hash, mine)
+            for s in _signatures(entry))
 
     def _entry(self, record: Record, ref: BlobRef, store: Store) -> ActionResultMessage:
         files = tuple(OutputEntry(rel, BlobRef(o.digest, o.size))
                       for rel, o in sorted(record.outputs.items()))
         aux = ()
         if self._signer is not None:
-            aux = (Metadata(SIGNATURE_TYPE, self._signer.sign(record.key, ref.hash).encode()),)
+            sig = SignatureMessage(self._signer.name, self._signer.sign_raw(record.key, ref.hash))
+            aux = (Metadata(SIGNATURE_TYPE, encode_signature(sig)),)
         log_size = store.object_path(record.log).stat().st_size
-        end = record.finished_at or time.time()
+        # The record keeps milliseconds: whole nanoseconds from them, never via a float.
+        end = round(record.finished_at * 1000) * 1_000_000 if record.finished_at \
+            else time.time_ns()
         return ActionResultMessage(
             output_files=files + (OutputEntry(RECORD_PATH, ref),), exit_code=0,
-            stdout=BlobRef(record.log, log_size), worker=socket.gethostname(),
-            execution_start=end - record.seconds, execution_completed=end, auxiliary=aux)
+            stdout=BlobRef(record.log, log_size), worker=self.settings.worker,
+            execution_start=end - round(record.seconds * 1000) * 1_000_000,
+            execution_completed=end, auxiliary=aux)
 
     # -- failures --------------------------------------------------------------------
 
@@ -243,6 +309,17 @@ class RemoteCache:
                    f"it for the rest of this run")
 
 
+def _signatures(entry: ActionResultMessage) -> list[SignatureMessage]:
+    found = []
+    for meta in entry.auxiliary:
+        if meta.type_url == SIGNATURE_TYPE:
+            try:
+                found.append(decode_signature(meta.value))
+            except ReapiDecodeError:
+                continue  # a malformed signature vouches for nothing
+    return found
+
+
 def _record_ref(entry: ActionResultMessage) -> BlobRef | None:
     refs = [o.blob for o in entry.output_files if o.path == RECORD_PATH]
     return refs[0] if len(refs) == 1 else None
@@ -251,7 +328,7 @@ def _record_ref(entry: ActionResultMessage) -> BlobRef | None:
 def _parse_record(blob: bytes, key: str, task: str) -> Record:
     try:
         record = Record.from_json(blob.decode())
-    except (UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise _Miss(f"the record for {task} does not parse; ignored") from exc
     if record.key != key:
         raise _Miss(f"the entry for {task} holds the result of another key "
@@ -260,19 +337,24 @@ def _parse_record(blob: bytes, key: str, task: str) -> Record:
 
 
 def _blobs_of(record: Record, entry: ActionResultMessage, task: str) -> dict[str, int]:
-    """Every blob the record names, after checking the entry says the same."""
+    """Every blob the record names with its size, after checking the entry says the same."""
     listed = {o.path: (o.blob.hash, o.blob.size) for o in entry.output_files
               if o.path != RECORD_PATH}
     mine = {rel: (o.digest, o.size) for rel, o in record.outputs.items()}
     if listed != mine or entry.stdout is None or entry.stdout.hash != record.log:
         raise _Miss(f"the entry for {task} disagrees with its record; ignored")
-    blobs = {digest: size for digest, size in mine.values()}
-    blobs[record.log] = entry.stdout.size
+    blobs: dict[str, int] = {}
+    for digest, size in [*mine.values(), (record.log, entry.stdout.size)]:
+        if blobs.setdefault(digest, size) != size:
+            raise _Miss(f"the entry for {task} gives blob {digest[:12]}… two sizes; ignored")
     return blobs
 
 
-def _digests(record: Record) -> set[str]:
-    return {o.digest for o in record.outputs.values()} | {record.log}
+def _sizes(record: Record, store: Store) -> dict[str, int]:
+    """Every blob of the record with its size (the log's from the local store)."""
+    sizes = {o.digest: o.size for o in record.outputs.values()}
+    sizes[record.log] = store.object_path(record.log).stat().st_size
+    return sizes
 
 
 def _wrong_bytes(expected: str, actual: str, task: str) -> str:

@@ -1,8 +1,14 @@
-"""Blobs by SHA-256 in the remote cache's CAS: how stage inputs and outputs travel between
-a driver and the nodes of a cluster (never through the scheduler's own object store).
+"""Blobs by SHA-256 in the remote cache's CAS: how stage outputs reach the shared cache, and
+how stage inputs and outputs travel between a driver and the nodes of a cluster (never
+through the scheduler's own object store).
 
-Every download is hashed as it streams into the local store and trusted only when the
-digest matches; an upload sends only what the cache does not have.
+Nothing is trusted by name alone:
+- a download stops at the size the entry declares and is hashed as it streams into the
+  local store; it is kept only when both size and digest match;
+- an upload hashes the local bytes as they are sent and aborts before the last byte when
+  they do not match their name (nginx/WebDAV would keep whatever it gets, for everyone);
+- presence by HEAD is not proof: a blob is sent again when the cache's size differs, and a
+  digest the cache served wrong bytes for is never trusted by HEAD again in this process.
 """
 
 from __future__ import annotations
@@ -16,18 +22,31 @@ from typing import TypeVar
 
 from ..settings import CacheSettings
 from ..store import Store
-from .transport import RemoteError, Transport, transport_for
+from .transport import Oversized, RemoteError, SinkError, Transport, transport_for
 
 ATTEMPTS = 3
 T = TypeVar("T")
 
 
-class WrongBytes(Exception):
-    """The cache's bytes for a digest hash to something else."""
+class BadBlob(Exception):
+    """The cache's blob for a digest is not that digest's bytes."""
 
+    def __init__(self, digest: str, message: str) -> None:
+        super().__init__(message)
+        self.digest = digest
+
+
+class WrongBytes(BadBlob):
     def __init__(self, expected: str, actual: str) -> None:
-        super().__init__(f"blob {expected[:12]}… hashes to {actual[:12]}…")
+        super().__init__(expected, f"blob {expected[:12]}… hashes to {actual[:12]}…")
         self.expected, self.actual = expected, actual
+
+
+class WrongSize(BadBlob):
+    def __init__(self, digest: str, declared: int, found: int | str) -> None:
+        super().__init__(digest, f"blob {digest[:12]}… is declared as {declared} bytes, the "
+                         f"cache has {found}")
+        self.declared, self.found = declared, found
 
 
 class MissingBlob(LookupError):
@@ -40,18 +59,36 @@ class BlobStore:
         self._t = transport or transport_for(settings)
         self.sent = 0
         self.received = 0
+        self.bad: set[str] = set()  # digests the cache served wrong bytes or sizes for
 
-    def has(self, digest: str) -> bool:
+    def size(self, digest: str) -> int | None:
+        """The cache's size for the blob (-1: present, size not said), None when absent."""
         return retry(self._t.head, f"cas/{digest}")
 
-    def ensure(self, path: Path, digest: str) -> None:
-        """`path` (whose SHA-256 is `digest`) is in the CAS after this."""
-        if not self.has(digest):
-            self.sent += retry(self._t.put, f"cas/{digest}", path)
+    def has(self, digest: str, size: int) -> bool:
+        """Present with the right size, and never seen with wrong bytes."""
+        return digest not in self.bad and self.size(digest) == size
 
-    def download(self, digest: str, store: Store) -> int | None:
+    def ensure(self, path: Path, digest: str) -> None:
+        """`path` (whose SHA-256 must be `digest`) is in the CAS after this; its bytes are
+        hashed as they go (CorruptSource when they are not `digest`'s)."""
+        if not self.has(digest, path.stat().st_size):
+            self.sent += retry(self._t.put, f"cas/{digest}", path, digest)
+
+    def download(self, digest: str, store: Store, size: int | None = None) -> int | None:
         """The blob, verified, into the local store; its size, or None if the cache lacks it.
-        Raises WrongBytes for bytes that do not hash to `digest` (nothing is kept)."""
+        At most `size` bytes are read (unknown: the size HEAD gives). Raises WrongBytes or
+        WrongSize for anything else (nothing is kept), the OSError of a local disk."""
+        if size is None:
+            size = self.size(digest)
+            if size is None:
+                return None
+        try:
+            return self._download(digest, store, None if size < 0 else size)
+        except SinkError as exc:
+            raise exc.cause from None  # the local disk, not the cache
+
+    def _download(self, digest: str, store: Store, size: int | None) -> int | None:
         with store.incoming() as (path, out):
             hasher = hashlib.sha256()
 
@@ -59,19 +96,30 @@ class BlobStore:
                 hasher.update(chunk)
                 out.write(chunk)
 
-            size = self._t.get(f"cas/{digest}", sink)
+            try:
+                got = self._t.get(f"cas/{digest}", sink, size)
+            except Oversized as exc:
+                self.bad.add(digest)
+                raise WrongSize(digest, exc.limit, "more") from exc
             out.close()
-            if size is None:
+            if got is None:
                 return None
-            if hasher.hexdigest() != digest:
-                raise WrongBytes(digest, hasher.hexdigest())
+            self._check(digest, size, got, hasher.hexdigest())
             store.put_verified(path, digest)
-        self.received += size
-        return size
+        self.received += got
+        return got
 
-    def fetch(self, digest: str, store: Store, dest: Path) -> None:
+    def _check(self, digest: str, size: int | None, got: int, actual: str) -> None:
+        if size is not None and got != size:
+            self.bad.add(digest)
+            raise WrongSize(digest, size, got)
+        if actual != digest:
+            self.bad.add(digest)
+            raise WrongBytes(digest, actual)
+
+    def fetch(self, digest: str, store: Store, dest: Path, size: int | None = None) -> None:
         """The blob as the file `dest` (a link to the store's object), fetched if needed."""
-        if not store.verify(digest) and retry(self.download, digest, store) is None:
+        if not store.verify(digest) and retry(self.download, digest, store, size) is None:
             raise MissingBlob(f"remote cache {self.shown} has no blob {digest[:12]}… "
                               f"(evicted?)")
         store.materialize(digest, dest)

@@ -6,13 +6,17 @@ so the engine does not depend on the `protobuf` package for one small message. E
 proto3 (defaults omitted, fields in number order), so it equals protobuf's deterministic
 serialization. Decoding skips unknown fields and raises `ReapiDecodeError` on anything
 malformed. Fields outside the dataclasses below (stderr, output directories, ...) are ignored.
+
+Timestamps are integer nanoseconds since the epoch (a float loses ~240 ns at today's dates).
+hefbuild's own message in `auxiliary_metadata` is `hefbuild.v1.Signature` (signature.proto
+next to this file), packed in a `google.protobuf.Any` as protobuf packs it, so protobuf
+tooling and JSON views of the cache can decode every entry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
@@ -60,10 +64,10 @@ class ActionResultMessage:
     exit_code: int = 0
     stdout: BlobRef | None = None
     worker: str = ""
-    worker_start: float | None = None  # unix seconds
-    worker_completed: float | None = None
-    execution_start: float | None = None
-    execution_completed: float | None = None
+    worker_start: int | None = None  # nanoseconds since the epoch
+    worker_completed: int | None = None
+    execution_start: int | None = None
+    execution_completed: int | None = None
     auxiliary: tuple[Metadata, ...] = ()
 
     def __post_init__(self) -> None:
@@ -97,10 +101,10 @@ def _digest(ref: BlobRef) -> bytes:
     return _bytes(1, ref.hash.encode()) + _int(2, ref.size)
 
 
-def _timestamp(field: int, t: float | None) -> bytes:
-    if t is None:
+def _timestamp(field: int, ns: int | None) -> bytes:
+    if ns is None:
         return b""
-    seconds, nanos = divmod(round(Fraction(t) * _NANOS), _NANOS)  # exact: floor, 0 <= nanos < 1e9
+    seconds, nanos = divmod(int(ns), _NANOS)  # floor: 0 <= nanos < 1e9, as Timestamp requires
     return _len(field, _int(1, seconds) + _int(2, nanos))
 
 
@@ -188,14 +192,14 @@ def _blob(data: bytes) -> BlobRef:
     return BlobRef(_raw(f, 1).decode(), _num(f, 2))
 
 
-def _time(data: bytes | None) -> float | None:
+def _time(data: bytes | None) -> int | None:
     if data is None:
         return None
     f = _parse(data, {1: _VARINT, 2: _VARINT})
     nanos = _num(f, 2, 32)
     if not 0 <= nanos < _NANOS:
         raise ReapiDecodeError(f"timestamp nanos out of range: {nanos}")
-    return (_num(f, 1) * _NANOS + nanos) / _NANOS  # int / int is correctly rounded
+    return _num(f, 1) * _NANOS + nanos
 
 
 def _entry(data: bytes) -> OutputEntry:
@@ -228,4 +232,29 @@ def decode_action_result(data: bytes) -> ActionResultMessage:
     except ReapiDecodeError:
         raise
     except ValueError as exc:  # bad UTF-8, bad hex digest, negative size
+        raise ReapiDecodeError(str(exc)) from exc
+
+
+# -- hefbuild.v1.Signature (signature.proto) --------------------------------------------
+
+SIGNATURE_TYPE = "type.googleapis.com/hefbuild.v1.Signature"
+
+
+@dataclass(frozen=True)
+class SignatureMessage:
+    key_name: str  # the signing key's name, as in trusted_keys ("ci-2026")
+    signature: bytes  # the raw 64-byte Ed25519 signature
+
+
+def encode_signature(sig: SignatureMessage) -> bytes:
+    return _bytes(1, sig.key_name.encode()) + _bytes(2, sig.signature)
+
+
+def decode_signature(data: bytes) -> SignatureMessage:
+    try:
+        f = _parse(bytes(data), {1: _LEN, 2: _LEN})
+        return SignatureMessage(_raw(f, 1).decode(), _raw(f, 2))
+    except ReapiDecodeError:
+        raise
+    except ValueError as exc:  # bad UTF-8
         raise ReapiDecodeError(str(exc)) from exc

@@ -52,11 +52,15 @@ class SigningKey:
         return cls(name, seed)
 
     def sign(self, action_key: str, record_digest: str) -> str:
+        raw = self.sign_raw(action_key, record_digest)
+        return f"{self.name}:{base64.b64encode(raw).decode()}"
+
+    def sign_raw(self, action_key: str, record_digest: str) -> bytes:
+        """The 64-byte Ed25519 signature (what an entry's Signature message carries)."""
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         private = Ed25519PrivateKey.from_private_bytes(self.seed)
-        signature = private.sign(signed_text(action_key, record_digest))
-        return f"{self.name}:{base64.b64encode(signature).decode()}"
+        return private.sign(signed_text(action_key, record_digest))
 
     def public(self) -> str:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -69,15 +73,21 @@ class SigningKey:
 
 def verify(signature: str, action_key: str, record_digest: str,
            trusted: tuple[str, ...]) -> str | None:
-    """The name of the trusted key that made `signature`, or None."""
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
+    """The name of the trusted key that made `signature` ('name:BASE64'), or None."""
     name, _, b64 = signature.partition(":")
     try:
         raw_sig = base64.b64decode(b64, validate=True)
     except ValueError:  # binascii.Error, or text that is not ASCII (from a hostile server)
         return None
+    return verify_raw(name, raw_sig, action_key, record_digest, trusted)
+
+
+def verify_raw(name: str, raw_sig: bytes, action_key: str, record_digest: str,
+               trusted: tuple[str, ...]) -> str | None:
+    """The name of the trusted key `name` whose signature `raw_sig` is, or None."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     for key in trusted:
         key_name, _, key_b64 = key.partition(":")
         if key_name != name:

@@ -1,35 +1,45 @@
 """Moving bytes to and from a remote cache: HTTP (Bazel's cache protocol) or a shared folder.
 
 Both transports speak in cache paths (`cas/<sha256>`, `ac/<key>`) and stream: a blob is
-never held whole in memory. Every failure becomes a `RemoteError` with a `Problem` that
-says what a person should hear (not authorized is not "cannot reach"); the HTTP layer is
-the only place that knows about sockets and status codes.
+never held whole in memory. Every failure of the cache becomes a `RemoteError` with a
+`Problem` that says what a person should hear (not authorized is not "cannot reach"); the
+HTTP layer is the only place that knows about sockets and status codes.
 
     RemoteError
      ├── problem = UNREACHABLE   connection refused, DNS, TLS, a shared folder missing
-     ├── problem = TIMEOUT       no byte within the idle timeout
+     ├── problem = TIMEOUT       no byte within the idle timeout, or a transfer slower
+     │                           than the minimum rate (its deadline: timeout + size/rate)
      ├── problem = UNAUTHORIZED  401 / 403, or a folder we may not write
-     ├── problem = FULL          413 / 507, or no space left
+     ├── problem = FULL          413 / 507, or no space left on the cache
      ├── problem = SERVER        5xx
      └── problem = PROTOCOL      any other answer we cannot use
+          └── Oversized          more bytes than the entry can have (stopped at the limit)
+
+Failures on this side are not the cache's and are never a `RemoteError`:
+`CorruptSource` (a local file does not hash to the digest it is sent as: the upload is
+aborted before its last byte, so no server keeps it) and `SinkError` (writing what arrived
+failed here, e.g. the local disk is full).
 """
 
 from __future__ import annotations
 
 import base64
 import errno
+import hashlib
 import http.client
 import os
+import socket
 import ssl
 import tempfile
 import threading
 from collections.abc import Callable
+from contextlib import suppress
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 from urllib.parse import urlsplit
 
-from ..settings import CacheSettings
+from ..settings import DEFAULT_MIN_RATE, CacheSettings
 
 CHUNK = 1 << 20
 Sink = Callable[[bytes | memoryview], None]
@@ -56,10 +66,41 @@ class RemoteError(Exception):
             (self.problem is Problem.UNREACHABLE and self.status == -1)
 
 
+class Oversized(RemoteError):
+    """The cache sent more bytes than the entry can have."""
+
+    def __init__(self, limit: int, detail: str) -> None:
+        super().__init__(Problem.PROTOCOL, detail)
+        self.limit = limit
+
+
+class CorruptSource(Exception):
+    """A local file about to be uploaded does not hash to the digest it is sent as."""
+
+    def __init__(self, expected: str, actual: str) -> None:
+        super().__init__(f"local bytes of sha256:{expected[:12]}… hash to "
+                         f"sha256:{actual[:12]}…")
+        self.expected, self.actual = expected, actual
+
+
+class SinkError(Exception):
+    """Storing downloaded bytes failed on this machine (`cause` is the OSError)."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class Transport(Protocol):
-    def head(self, path: str) -> bool: ...
-    def get(self, path: str, sink: Sink, limit: int | None = None) -> int | None: ...
-    def put(self, path: str, body: Path | bytes) -> int: ...
+    def head(self, path: str) -> int | None:
+        """The entry's size in bytes (-1: present, size not given); None when absent."""
+
+    def get(self, path: str, sink: Sink, limit: int | None = None) -> int | None:
+        """Stream the entry into `sink`; its size, or None when absent. More than `limit`
+        bytes is a PROTOCOL error: nothing past the limit reaches the sink."""
+
+    def put(self, path: str, body: Path | bytes, digest: str | None = None) -> int:
+        """Store `body`; with `digest`, only if its bytes hash to it (else CorruptSource)."""
 
 
 def transport_for(settings: CacheSettings) -> Transport:
@@ -67,6 +108,13 @@ def transport_for(settings: CacheSettings) -> Transport:
     if settings.remote.startswith("file://"):
         return FolderTransport(Path(settings.remote.removeprefix("file://")))
     return HttpTransport(settings)
+
+
+def _sunk(sink: Sink, chunk: bytes | memoryview) -> None:
+    try:
+        sink(chunk)
+    except OSError as exc:
+        raise SinkError(exc) from exc
 
 
 # -- HTTP ------------------------------------------------------------------------------
@@ -82,8 +130,37 @@ def _status_problem(status: int) -> Problem:
     return Problem.PROTOCOL
 
 
+class _Watchdog:
+    """Ends an exchange that outlives its deadline, whatever it is blocked in (headers,
+    body, a send): a timer shuts the socket down, so the blocked call returns at once. The
+    idle timeout alone lets a server that sends a byte every few seconds hold us forever."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._timer: threading.Timer | None = None
+        self._sock: socket.socket | None = None
+
+    def arm(self, sock: socket.socket | None) -> None:
+        self._sock = sock
+        self._timer = threading.Timer(self.seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self._sock is not None:
+            with suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 class HttpTransport:
-    """One kept-alive connection per thread; idle timeout on every socket operation."""
+    """One kept-alive connection per thread; an idle timeout on every socket operation and
+    a deadline on every exchange (timeout + size / min_rate)."""
 
     def __init__(self, settings: CacheSettings) -> None:
         parts = urlsplit(settings.remote or "")
@@ -91,59 +168,81 @@ class HttpTransport:
         self._host, self._port = parts.hostname or "", parts.port
         self._base = parts.path.rstrip("/")
         self._timeout = settings.timeout_s
+        self._min_rate = settings.min_rate or DEFAULT_MIN_RATE
         self._headers = {"User-Agent": "hefbuild"} | _auth_header(settings)
         self._ssl = _ssl_context(settings) if self._https else None
         self._local = threading.local()
 
-    def head(self, path: str) -> bool:
-        status, _ = self._call("HEAD", path, None, None)
-        return status == 200
-
-    def get(self, path: str, sink: Sink, limit: int | None = None) -> int | None:
-        status, size = self._call("GET", path, None, (sink, limit))
+    def head(self, path: str) -> int | None:
+        status, size = self._call("HEAD", path)
         return None if status == 404 else size
 
-    def put(self, path: str, body: Path | bytes) -> int:
+    def get(self, path: str, sink: Sink, limit: int | None = None) -> int | None:
+        status, size = self._call("GET", path, reader=(sink, limit), size=limit or 0)
+        return None if status == 404 else size
+
+    def put(self, path: str, body: Path | bytes, digest: str | None = None) -> int:
         size = body.stat().st_size if isinstance(body, Path) else len(body)
-        self._call("PUT", path, body, None)
+        if digest is not None and isinstance(body, bytes):
+            _check_bytes(body, digest)
+        self._call("PUT", path, body=(body, digest), size=size)
         return size
 
     # The one place that turns sockets and statuses into RemoteError.
-    def _call(self, method: str, path: str, body: Path | bytes | None,
-              reader: tuple[Sink, int | None] | None) -> tuple[int, int]:
+    def _call(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None = None,
+              reader: tuple[Sink, int | None] | None = None, size: int = 0) -> tuple[int, int]:
+        watchdog = _Watchdog(self._timeout + size / self._min_rate)
         try:
-            return self._exchange(method, path, body, reader)
-        except RemoteError:
-            self._drop()
+            answer = self._exchange(method, path, body, reader, watchdog)
+        except (CorruptSource, SinkError):
+            self._drop()  # the server never sees the rest of the body: it keeps nothing
             raise
-        except TimeoutError as exc:
+        except Exception as exc:
             self._drop()
-            raise RemoteError(Problem.TIMEOUT, f"no answer within {self._timeout:g} s") from exc
-        except ssl.SSLError as exc:
-            self._drop()
-            raise RemoteError(Problem.UNREACHABLE, f"TLS: {exc.reason or exc}") from exc
-        except (http.client.HTTPException, ConnectionError) as exc:
-            self._drop()
-            raise RemoteError(Problem.UNREACHABLE, type(exc).__name__, status=-1) from exc
-        except OSError as exc:
-            self._drop()
-            raise RemoteError(Problem.UNREACHABLE, exc.strerror or type(exc).__name__) from exc
+            raise self._translated(exc, watchdog) from exc
+        finally:
+            watchdog.disarm()
+        if watchdog.expired:
+            self._drop()  # it fired as the answer completed: the answer stands, the socket not
+        return answer
 
-    def _exchange(self, method: str, path: str, body: Path | bytes | None,
-                  reader: tuple[Sink, int | None] | None) -> tuple[int, int]:
+    def _translated(self, exc: Exception, watchdog: _Watchdog) -> Exception:
+        if watchdog.expired:
+            return RemoteError(Problem.TIMEOUT, f"slower than {_rate(self._min_rate)} "
+                               f"(cut off after {watchdog.seconds:.0f} s)")
+        if isinstance(exc, RemoteError):
+            return exc
+        if isinstance(exc, TimeoutError):
+            return RemoteError(Problem.TIMEOUT, f"no answer within {self._timeout:g} s")
+        if isinstance(exc, ssl.SSLError):
+            return RemoteError(Problem.UNREACHABLE, f"TLS: {exc.reason or exc}")
+        if isinstance(exc, (http.client.HTTPException, ConnectionError)):
+            return RemoteError(Problem.UNREACHABLE, type(exc).__name__, status=-1)
+        if isinstance(exc, OSError):
+            return RemoteError(Problem.UNREACHABLE, exc.strerror or type(exc).__name__)
+        return exc
+
+    def _exchange(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None,
+                  reader: tuple[Sink, int | None] | None,
+                  watchdog: _Watchdog) -> tuple[int, int]:
         headers = dict(self._headers)
-        if body is not None:
-            headers["Content-Length"] = str(body.stat().st_size if isinstance(body, Path)
-                                            else len(body))
         conn = self._conn()
-        if isinstance(body, Path):
-            with open(body, "rb") as f:
-                conn.request(method, f"{self._base}/{path}", body=f, headers=headers)
-                resp = conn.getresponse()
+        if conn.sock is None:
+            conn.connect()
+        watchdog.arm(conn.sock)
+        url = f"{self._base}/{path}"
+        if body is None:
+            conn.request(method, url, headers=headers)
+        elif isinstance(body[0], bytes):
+            headers["Content-Length"] = str(len(body[0]))
+            conn.request(method, url, body=body[0], headers=headers)
         else:
-            conn.request(method, f"{self._base}/{path}", body=body, headers=headers)
-            resp = conn.getresponse()
-        return self._answer(method, resp, reader)
+            with open(body[0], "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                headers["Content-Length"] = str(size)
+                source = f if body[1] is None else _VerifiedBody(f, body[1], size)
+                conn.request(method, url, body=source, headers=headers)
+        return self._answer(method, conn.getresponse(), reader)
 
     def _answer(self, method: str, resp: http.client.HTTPResponse,
                 reader: tuple[Sink, int | None] | None) -> tuple[int, int]:
@@ -154,6 +253,9 @@ class HttpTransport:
         if not 200 <= status < 300:
             resp.read()
             raise RemoteError(_status_problem(status), f"HTTP {status} on {method}", status)
+        if method == "HEAD":
+            resp.read()  # no body; frees the connection for the next request
+            return status, _length(resp)
         if reader is None:
             resp.read()
             return status, 0
@@ -178,17 +280,71 @@ class HttpTransport:
             self._local.conn = None
 
 
+def _length(resp: http.client.HTTPResponse) -> int:
+    try:
+        return int(resp.getheader("Content-Length", "-1"))
+    except ValueError:
+        return -1
+
+
 def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int:
-    buf = bytearray(CHUNK)
+    announced = _length(resp)
+    if limit is not None and announced > limit:
+        resp.close()
+        raise Oversized(limit, f"answer of {announced} bytes, more than the {limit} "
+                        f"expected")
+    buf = bytearray(CHUNK if limit is None else max(1, min(CHUNK, limit + 1)))
     view = memoryview(buf)
     total = 0
     while n := resp.readinto(buf):
         total += n
         if limit is not None and total > limit:
             resp.close()
-            raise RemoteError(Problem.PROTOCOL, f"answer larger than {limit} bytes")
-        sink(view[:n])  # the sink consumes it before the next read
+            raise Oversized(limit, f"answer larger than the {limit} bytes expected")
+        _sunk(sink, view[:n])  # the sink consumes it before the next read
     return total
+
+
+class _VerifiedBody:
+    """A file's bytes as http.client reads them, hashed on the way. The last chunk is held
+    back until every byte hashed to `digest`, so a corrupt local object aborts the PUT
+    before the server has its whole body (a server keeps only complete bodies)."""
+
+    def __init__(self, f: IO[bytes], digest: str, size: int) -> None:
+        self._f, self._digest, self._left = f, digest, size
+        self._hasher = hashlib.sha256()
+        self._ahead = self._next()
+        if not self._ahead:
+            self._check()
+
+    def _next(self) -> bytes:
+        chunk = self._f.read(min(CHUNK, self._left)) if self._left > 0 else b""
+        self._left -= len(chunk)
+        self._hasher.update(chunk)
+        return chunk
+
+    def read(self, _n: int = -1) -> bytes:
+        chunk = self._ahead
+        self._ahead = self._next() if chunk else b""
+        if chunk and not self._ahead:
+            self._check()
+        return chunk
+
+    def _check(self) -> None:
+        actual = self._hasher.hexdigest()
+        if self._left != 0 or self._f.read(1) or actual != self._digest:
+            raise CorruptSource(self._digest, actual)
+
+
+def _check_bytes(data: bytes, digest: str) -> None:
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise CorruptSource(digest, actual)
+
+
+def _rate(bytes_per_s: int) -> str:
+    return f"{bytes_per_s / (1 << 20):g} MiB/s" if bytes_per_s >= 1 << 20 else \
+        f"{bytes_per_s / 1024:g} KiB/s"
 
 
 def _auth_header(settings: CacheSettings) -> dict[str, str]:
@@ -215,9 +371,15 @@ class FolderTransport:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def head(self, path: str) -> bool:
+    def head(self, path: str) -> int | None:
         self._check_root()
-        return (self.root / path).is_file()
+        try:
+            st = (self.root / path).stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _folder_error(exc) from exc
+        return st.st_size if os.path.isfile(self.root / path) else None
 
     def get(self, path: str, sink: Sink, limit: int | None = None) -> int | None:
         self._check_root()
@@ -227,22 +389,23 @@ class FolderTransport:
                 while chunk := f.read(CHUNK):
                     total += len(chunk)
                     if limit is not None and total > limit:
-                        raise RemoteError(Problem.PROTOCOL, f"entry larger than {limit} bytes")
-                    sink(chunk)
+                        raise Oversized(limit, f"entry larger than the {limit} bytes "
+                                        f"expected")
+                    _sunk(sink, chunk)
                 return total
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise _folder_error(exc) from exc
 
-    def put(self, path: str, body: Path | bytes) -> int:
+    def put(self, path: str, body: Path | bytes, digest: str | None = None) -> int:
         self._check_root()
         dest = self.root / path
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".incoming-")
             try:
-                size = _write_all(fd, body)
+                size = _write_all(fd, body, digest)
                 os.replace(tmp, dest)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -256,17 +419,22 @@ class FolderTransport:
             raise RemoteError(Problem.UNREACHABLE, "the shared folder does not exist")
 
 
-def _write_all(fd: int, body: Path | bytes) -> int:
+def _write_all(fd: int, body: Path | bytes, digest: str | None) -> int:
+    hasher = hashlib.sha256()
     with os.fdopen(fd, "wb") as out:
         if isinstance(body, bytes):
             out.write(body)
+            hasher.update(body)
             size = len(body)
         else:
             with open(body, "rb") as src:
                 size = 0
                 while chunk := src.read(CHUNK):
                     out.write(chunk)
+                    hasher.update(chunk)
                     size += len(chunk)
+        if digest is not None and hasher.hexdigest() != digest:
+            raise CorruptSource(digest, hasher.hexdigest())
         out.flush()
         os.fsync(out.fileno())
     return size
