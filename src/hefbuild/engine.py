@@ -350,8 +350,8 @@ class Engine:
             if remote is None or not remote.uploading:
                 break
             record = self.store.get_record(key)
-            if record is None or not self.store.intact(record):
-                queue.done(key)  # gone or corrupt: nothing to send
+            if record is None or not self.store.present(record):
+                queue.done(key)  # collected since: nothing to send
                 continue
             with self.store_lock.shared():
                 sent += remote.upload(record, self.store) is not None

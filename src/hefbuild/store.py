@@ -230,10 +230,13 @@ class Store:
             path.unlink()
         return False
 
+    def present(self, record: Record) -> bool:
+        """Every object of the record there (not re-hashed: an upload hashes as it sends)."""
+        return all(self.object_path(d).is_file() for d in _digests(record))
+
     def intact(self, record: Record) -> bool:
         """Every object of the record present and verified (corrupt ones are removed)."""
-        digests = [o.digest for o in record.outputs.values()] + [record.log]
-        return all([self.verify(d) for d in digests])  # verify all: prune every bad one
+        return all([self.verify(d) for d in _digests(record)])  # verify all: prune every bad one
 
     def sweep_stale(self) -> int:
         """Remove scratch folders and downloads of processes that are gone (kill -9)."""
@@ -267,6 +270,10 @@ class Store:
             os.chmod(dest, 0o444)
         # One row per inode: the link's row is the object's, with the ctime linking gave it.
         self._stats.remember(dest, Digest(digest))
+
+
+def _digests(record: Record) -> list[str]:
+    return [o.digest for o in record.outputs.values()] + [record.log]
 
 
 def _alive(pid: int) -> bool:

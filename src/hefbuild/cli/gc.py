@@ -22,6 +22,7 @@ from ..gc import (
 )
 from ..session import project_at
 from ..store import STORE_FORMAT
+from ..upload_queue import pending_by_remote
 
 OPT_MAX_SIZE = {
     "name": "max_size", "long": "max-size", "type": str, "default": "", "metavar": "SIZE",
@@ -103,17 +104,22 @@ class StoreInfo(DoitCmdBase):
         if pos_args:
             raise InvalidCommand(f"store takes no arguments, got {' '.join(pos_args)}")
         try:
-            summary = store_summary(_v1_root())
+            v1_root = _v1_root()
+            summary = store_summary(v1_root)
         except HefbuildError as exc:
             raise InvalidCommand(str(exc)) from exc
-        self.outstream.write("\n".join(store_lines(summary)) + "\n")
+        lines = store_lines(summary, pending_by_remote(v1_root))
+        self.outstream.write("\n".join(lines) + "\n")
         return 0
 
 
-def store_lines(summary: StoreSummary) -> list[str]:
+def store_lines(summary: StoreSummary, pending: dict[str, int] | None = None) -> list[str]:
     lines = [f"store: {summary.root}",
              f"size: {format_size(summary.total_bytes)} in {_count(summary.objects, 'object')}, "
              f"{_count(summary.records, 'result')}"]
+    for remote, count in sorted((pending or {}).items()):
+        lines.append(f"pending uploads: {_count(count, 'result')} to {remote} (sent by the "
+                     f"next run with uploads on)")
     if summary.largest:
         lines += ["largest results:",
                   f"  {'size':>10}  {'last used':<16}  {'stage':<10}  key"]

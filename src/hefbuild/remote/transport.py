@@ -202,8 +202,9 @@ class HttpTransport:
             raise self._translated(exc, watchdog) from exc
         finally:
             watchdog.disarm()
-        if watchdog.expired:
-            self._drop()  # it fired as the answer completed: the answer stands, the socket not
+        if watchdog.expired:  # a cut-off body can look complete to http.client
+            self._drop()
+            raise self._translated(TimeoutError(), watchdog)
         return answer
 
     def _translated(self, exc: Exception, watchdog: _Watchdog) -> Exception:
@@ -302,6 +303,9 @@ def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int
             resp.close()
             raise Oversized(limit, f"answer larger than the {limit} bytes expected")
         _sunk(sink, view[:n])  # the sink consumes it before the next read
+    if announced >= 0 and total != announced:
+        raise RemoteError(Problem.UNREACHABLE, f"connection closed after {total} of "
+                          f"{announced} bytes", status=-1)
     return total
 
 
