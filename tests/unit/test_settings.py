@@ -577,3 +577,37 @@ def test_the_remote_is_part_of_no_key(tmp_path, monkeypatch):
     without = {task: engine.key_of(engine.actions[task]).hex for task in tasks}
     assert over_https == over_file == without
     assert len(set(without.values())) == len(tasks)
+
+
+# -- how fast a transfer must go, and the name entries carry --------------------------------
+
+
+def test_min_rate_and_worker_have_defaults_that_name_no_machine(root, no_netrc):
+    cache = load(root, no_netrc).cache
+    assert cache.min_rate == 1 << 20 and cache.worker == "hefbuild"
+
+
+@pytest.mark.parametrize(("value", "rate"), [('"1MiB"', 1 << 20), ('"64k"', 64 << 10),
+                                             ("4096", 4096), ('"2G"', 2 << 30)])
+def test_min_rate_in_the_file(root, no_netrc, value, rate):
+    write(root, cache_file(min_rate=value))
+    assert load(root, no_netrc).cache.min_rate == rate
+
+
+@pytest.mark.parametrize("value", ['"0"', '"fast"', "-5", '"100"', "true"])
+def test_a_bad_min_rate_is_one_line(root, no_netrc, value):
+    write(root, cache_file(min_rate=value))
+    assert "at least 1KiB" in spec_error(root, no_netrc, "cache.min_rate")
+
+
+def test_env_min_rate_and_worker_win_over_the_file(root, no_netrc):
+    write(root, cache_file(min_rate='"1MiB"', worker='"from-file"'))
+    cache = load(root, no_netrc, HEFBUILD_REMOTE_MIN_RATE="8MiB",
+                 HEFBUILD_REMOTE_WORKER="runner-9").cache
+    assert (cache.min_rate, cache.worker) == (8 << 20, "runner-9")
+
+
+@pytest.mark.parametrize("value", ['""', '"two words"', '"tab\\there"', "3", '"' + "w" * 129 + '"'])
+def test_a_bad_worker_name_is_one_line(root, no_netrc, value):
+    write(root, cache_file(worker=value))
+    assert "printable ASCII" in spec_error(root, no_netrc, "cache.worker")

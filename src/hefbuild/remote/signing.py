@@ -2,7 +2,8 @@
 
 A key has a name, so a reader can say which key signed what and keys can be rotated:
 the secret key file holds `name:BASE64(32-byte seed)`, the public key is
-`name:BASE64(32-byte public key)`, a signature is `name:BASE64(64-byte signature)`.
+`name:BASE64(32-byte public key)`, a signature is the key's name and the 64 raw bytes (in
+an entry: a hefbuild.v1.Signature message, remote/signature.proto).
 
 What is signed binds an action key to one exact result: the text
 `hefbuild-ac-1\\0<action key>\\0<sha256 of the result record blob>`. The record names every
