@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import signal
 import socket
 import threading
 import uuid
@@ -19,6 +21,7 @@ import pytest
 
 from hefbuild.engine import Engine
 from hefbuild.executors.sandbox import bwrap_path
+from hefbuild.executors.seccomp import TABLES
 from hefbuild.project import load_project
 
 from .helpers import MODEL
@@ -74,6 +77,135 @@ open(os.path.join(out, "export_report.json"), "w").write(json.dumps(tried, sort_
 """
 
 
+# The escape of the issue (a tmpfs, a block device for the host's disk in it, that disk
+# mounted read-write, writes through it), then every other call the filter refuses, each by
+# its raw number. Every result is recorded (an errno name, "ok", or how a child died) and the
+# rule carries on: the test sees them all, whichever fail.
+ESCAPE_RULE = r"""
+import ctypes, errno, json, os, signal, stat, subprocess, sys, threading
+action = json.load(open(sys.argv[1]))
+probe = json.load(open(os.path.join(action["inputs"]["fetch"], "checkpoint", "probe.json")))
+nr = probe["syscalls"]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+AT_FDCWD, CLONE_NEWUSER = -100, 0x10000000
+tried = {}
+
+def call(name, *args):
+    args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    ctypes.set_errno(0)
+    ret = libc.syscall(ctypes.c_long(nr[name]), *args)
+    if ret == 0 and name == "clone":  # the child of an unfiltered clone: it must not go on
+        os._exit(0)
+    if ret > 0 and name == "clone":
+        os.waitpid(ret, 0)
+    return "ok" if ret >= 0 else errno.errorcode[ctypes.get_errno()]
+
+def attempt(key, name, *args):
+    try:
+        tried[key] = call(name, *args)
+    except Exception as exc:  # a call we could not even make (say, no such ns file)
+        tried[key] = type(exc).__name__
+
+def in_child(fn):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(fn())
+    status = os.waitpid(pid, 0)[1]
+    if os.WIFSIGNALED(status):
+        return signal.Signals(os.WTERMSIG(status)).name
+    code = os.WEXITSTATUS(status)
+    return "ok" if code == 0 else errno.errorcode.get(code, str(code))
+
+def errno_of(result):
+    return 0 if result == "ok" else getattr(errno, result)
+
+usr = [ln.split() for ln in open("/proc/self/mounts") if ln.split()[1] == "/usr"][0]
+disk = os.stat("/usr").st_dev
+os.makedirs("/tmp/m"); os.makedirs("/tmp/disk")
+attempt("mount", "mount", b"none", b"/tmp/m", b"tmpfs", 0, None)
+attempt("mknodat_block", "mknodat", AT_FDCWD, b"/tmp/m/disk", stat.S_IFBLK | 0o600, disk)
+attempt("mknodat_char", "mknodat", AT_FDCWD, b"/tmp/m/mem", stat.S_IFCHR | 0o600,
+        os.makedev(1, 1))
+if "mknod" in nr:
+    attempt("mknod_block", "mknod", b"/tmp/m/disk2", stat.S_IFBLK | 0o600, disk)
+attempt("mount_disk", "mount", b"/tmp/m/disk", b"/tmp/disk", usr[2].encode(), 0, None)
+for name, path in probe["write"].items():
+    for where in (path, "/tmp/disk" + path):  # as it is, and through the mounted disk
+        try:
+            with open(where, "w") as f:
+                f.write("pwned")
+            tried[f"write_{name}"] = "WROTE " + where
+        except OSError:
+            pass
+# Targets that leave the rule able to go on even where the call works (the old sandbox).
+attempt("umount2", "umount2", b"/tmp/m", 0)
+attempt("pivot_root", "pivot_root", b"/tmp/none", b"/tmp/none")
+own_userns = os.open("/proc/self/ns/user", os.O_RDONLY) if os.path.exists(
+    "/proc/self/ns/user") else -1
+attempt("setns", "setns", own_userns, 0)
+attempt("unshare_newuser", "unshare", CLONE_NEWUSER)
+attempt("clone_newuser", "clone", CLONE_NEWUSER | signal.SIGCHLD, 0, 0, 0, 0)
+attempt("clone3", "clone3", None, 0)
+tried["ptrace"] = in_child(lambda: errno_of(call("ptrace", 0, 0, 0, 0)))  # PTRACE_TRACEME
+
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+src, dst = ctypes.create_string_buffer(b"secret"), ctypes.create_string_buffer(6)
+local, remote = Iovec(ctypes.addressof(dst), 6), Iovec(ctypes.addressof(src), 6)
+for name in ("process_vm_readv", "process_vm_writev"):
+    attempt(name, name, os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+attempt("kexec_load", "kexec_load", 0, 0, None, 0)
+attempt("kexec_file_load", "kexec_file_load", -1, -1, 0, b"", 0)
+attempt("init_module", "init_module", None, 0, b"")
+attempt("finit_module", "finit_module", -1, b"", 0)
+attempt("delete_module", "delete_module", b"hefbuild_none", 0)
+attempt("bpf", "bpf", 0, None, 0)
+attempt("keyctl", "keyctl", 0, -3, 1)  # KEYCTL_GET_KEYRING_ID of the session's
+attempt("add_key", "add_key", b"user", b"hefbuild", b"x", 1, -2)
+attempt("request_key", "request_key", b"user", b"hefbuild-none", None, 0)
+attempt("open_tree", "open_tree", AT_FDCWD, b"/tmp", 0)
+attempt("move_mount", "move_mount", -1, b"", AT_FDCWD, b"/tmp/m", 0)
+attempt("fsopen", "fsopen", b"tmpfs", 0)
+attempt("fsconfig", "fsconfig", -1, 0, None, None, 0)
+attempt("fsmount", "fsmount", -1, 0, 0)
+attempt("fspick", "fspick", AT_FDCWD, b"/tmp", 0)
+attempt("mount_setattr", "mount_setattr", -1, b"", 0, None, 0)
+if probe["x32"]:  # x86_64's x32 ABI: getpid with the x32 bit, in a child it may kill
+    tried["x32_getpid"] = in_child(lambda: errno_of(call("x32_getpid")))
+try:
+    open("/proc/sys/kernel/hostname", "w").write("pwned")  # the stage's own UTS namespace
+    tried["sysctl"] = "ok"
+except OSError as exc:
+    tried["sysctl"] = errno.errorcode[exc.errno]
+tried["core_pattern_writable"] = os.access("/proc/sys/kernel/core_pattern", os.W_OK)
+# What an honest rule does still works.
+attempt("mknodat_fifo", "mknodat", AT_FDCWD, b"/tmp/fifo", stat.S_IFIFO | 0o600, 0)
+tried["fork"] = in_child(lambda: 0)
+worker = threading.Thread(target=lambda: tried.__setitem__("thread", "ok"))
+worker.start(); worker.join()
+tried["subprocess"] = "ok" if subprocess.run([sys.executable, "-c", "pass"]).returncode == 0 \
+    else "failed"
+tried["status"] = dict(ln.split(":\t", 1) for ln in open("/proc/self/status").read().splitlines()
+                       if ln.startswith(("Cap", "NoNewPrivs", "Seccomp:")))
+tried["status"] = {k: v.strip() for k, v in tried["status"].items()}
+out = action["out"]
+open(os.path.join(out, "model.onnx"), "w").write("onnx")
+open(os.path.join(out, "export_report.json"), "w").write(json.dumps(tried, sort_keys=True))
+"""
+REFUSED = ("mount", "mknodat_block", "mknodat_char", "mount_disk", "umount2", "pivot_root",
+           "setns", "unshare_newuser", "clone_newuser", "ptrace", "process_vm_readv",
+           "process_vm_writev", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+           "delete_module", "bpf", "keyctl", "add_key", "request_key", "open_tree",
+           "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr")
+EXPECTED_TOO = {
+    "clone3": "ENOSYS",  # glibc then falls back to clone, whose flags the filter reads
+    "sysctl": "EROFS", "core_pattern_writable": False,  # /proc is read-only
+    "status.NoNewPrivs": "1", "status.Seccomp": "2",
+    # What an honest rule does still works.
+    "mknodat_fifo": "ok", "fork": "ok", "thread": "ok", "subprocess": "ok",
+}
+
 class Listener:
     """A server on the host's loopback that the sandboxed rule must not reach."""
 
@@ -100,7 +232,7 @@ class Listener:
         self._thread.join(5)
 
 
-def hostile_project(root: Path, tmp_path: Path, port: int, marker: str) -> dict:
+def hostile_project(root: Path, store: Path, tmp_path: Path, port: int, marker: str) -> dict:
     (root / "rules" / "fetch.py").write_text(FETCH_RULE)
     (root / "rules" / "cpu_ort" / "export.py").write_text(HOSTILE_RULE)
     other = tmp_path / "other-project" / "build" / "m" / "export"
@@ -110,7 +242,8 @@ def hostile_project(root: Path, tmp_path: Path, port: int, marker: str) -> dict:
     probe = {
         "write": {"project": str(root / "models" / "pwned.toml"),
                   "home": str(home / f".hefbuild-pwned-{marker}"),
-                  "store": str(tmp_path / "store" / "v1" / "results" / "pwned.json"),
+                  "store": str(store / "v1" / "results" / "pwned.json"),
+                  "other_build": str(other / f"pwned-{marker}"),
                   "input": str(root / "build" / MODEL / "fetch" / "checkpoint" / "seen.json")},
         "read": {"other_project": str(other / "model.onnx"),
                  "project_toml": str(root / "models" / f"{MODEL}.toml")},
@@ -139,7 +272,7 @@ def test_a_hostile_rule_reaches_nothing_outside_its_stage(root, store, tmp_path,
     listener = Listener()
     marker = f"hefbuild-daemon-{uuid.uuid4().hex}"
     try:
-        probe = hostile_project(root, tmp_path, listener.port, marker)
+        probe = hostile_project(root, store, tmp_path, listener.port, marker)
         engine = run_pipeline(root, store, probe, monkeypatch)
         # export's inputs changed by the probe file: rebuild export with a fresh engine
         engine = Engine(load_project(root, store=store))
@@ -158,12 +291,20 @@ def test_a_hostile_rule_reaches_nothing_outside_its_stage(root, store, tmp_path,
     assert tried["token"] is None  # HF_TOKEN reaches fetch alone
     seen = json.loads((root / "build" / MODEL / "fetch" / "checkpoint" / "seen.json").read_text())
     assert seen["token"] == "hf_secret_for_fetch_only"
-    assert not (root / "models" / "pwned.toml").exists()
-    assert not Path(probe["write"]["home"]).exists()
-    assert not list((store / "v1" / "results").glob("pwned*"))
+    assert_nothing_landed(root, store, probe)
     assert daemons(marker) == []  # the double-forked daemon ended with its stage
     manifest = json.loads((root / "build" / MODEL / "export" / "manifest.json").read_text())
     assert manifest["sandbox"] == "bwrap"
+
+
+def assert_nothing_landed(root: Path, store: Path, probe: dict) -> None:
+    for name, path in probe["write"].items():
+        if name != "input":  # the rule's own input exists: it must only stay unchanged
+            assert not Path(path).exists(), f"the rule wrote {name}: {path}"
+    assert not list((store / "v1" / "results").glob("pwned*"))
+    assert not list(root.rglob("pwned*"))
+    seen = root / "build" / MODEL / "fetch" / "checkpoint" / "seen.json"
+    assert "pwned" not in seen.read_text()
 
 
 def test_unsandboxed_by_choice_warns_once_and_still_ends_every_process(
@@ -172,7 +313,7 @@ def test_unsandboxed_by_choice_warns_once_and_still_ends_every_process(
     marker = f"hefbuild-daemon-{uuid.uuid4().hex}"
     listener = Listener()
     try:
-        probe = hostile_project(root, tmp_path, listener.port, marker)
+        probe = hostile_project(root, store, tmp_path, listener.port, marker)
         probe["write"] = {}  # unsandboxed it could: do not let it try
         run_pipeline(root, store, probe, monkeypatch)
         engine = Engine(load_project(root, store=store))
@@ -199,3 +340,32 @@ def test_without_bubblewrap_a_host_stage_refuses_to_run_unless_opted_out(
         Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")
     monkeypatch.setenv("HEFBUILD_SANDBOX", "false")
     assert Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")["outcome"] == "built"
+
+
+@pytest.mark.skipif(platform.machine() not in TABLES, reason="no system-call table here")
+def test_a_hostile_rule_holds_no_capability_and_each_escape_call_fails(
+        root, store, tmp_path, monkeypatch):
+    """Run as root, as CI does: bwrap started by root used to keep every capability, and a
+    rule mounted the host's disk through a device node it made and wrote where it liked."""
+    table = TABLES[platform.machine()]
+    marker = f"hefbuild-daemon-{uuid.uuid4().hex}"
+    probe = hostile_project(root, store, tmp_path, 0, marker)
+    probe["syscalls"] = {**table.numbers, "x32_getpid": 0x40000000 | 39}
+    probe["x32"] = table.x32_bit
+    (root / "rules" / "cpu_ort" / "export.py").write_text(ESCAPE_RULE)
+    run_pipeline(root, store, probe, monkeypatch)
+    engine = Engine(load_project(root, store=store))
+    assert engine.run(f"export:{MODEL}")["outcome"] == "built"
+    tried = json.loads((root / "build" / MODEL / "export" / "export_report.json").read_text())
+    # One comparison, so that a failure shows every call that got through at once.
+    expected = {"wrote": [], **{k: "EPERM" for k in REFUSED}, **EXPECTED_TOO, **{
+        f"status.{cap}": "0000000000000000" for cap in ("CapInh", "CapPrm", "CapEff",
+                                                        "CapBnd", "CapAmb")}}
+    if "mknod" in table.numbers:  # x86_64 has the old call too
+        expected["mknod_block"] = "EPERM"
+    if table.x32_bit:  # another ABI's numbers would bypass the table: killed
+        expected["x32_getpid"] = signal.SIGSYS.name
+    got = {**{f"status.{k}": v for k, v in tried.pop("status").items()}, **tried,
+           "wrote": sorted(v for k, v in tried.items() if k.startswith("write_"))}
+    assert {k: got.get(k) for k in expected} == expected
+    assert_nothing_landed(root, store, probe)

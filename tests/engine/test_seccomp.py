@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.executors import seccomp
+from hefbuild.executors import sandbox, seccomp
 from hefbuild.executors.seccomp import ALWAYS, TABLES, compiled, program
 
 # The interpreter's own opcodes, from the instruction classes (linux/bpf_common.h), not the
@@ -112,8 +112,28 @@ def test_x32_numbers_on_x86_64_kill_but_minus_one_does_not():
     assert run("x86_64", -1) == ALLOW  # no call at all: the kernel says ENOSYS itself
 
 
-def test_there_is_no_filter_for_a_machine_without_a_table():
+def test_without_a_table_the_stage_runs_unfiltered_and_says_so_once(monkeypatch, capsys):
     assert program("riscv64") is None and compiled("riscv64") is None
+    monkeypatch.setattr(sandbox.platform, "machine", lambda: "riscv64")
+    sandbox._say_unfiltered.cache_clear()
+    for _ in range(2):
+        with sandbox.seccomp_fd() as fd:
+            assert fd is None
+    said = capsys.readouterr().err.splitlines()
+    assert said == ["hefbuild: WARNING: no system-call table for riscv64: host stages run in "
+                    "bubblewrap without a seccomp filter (still without capabilities)"]
+    sandbox._say_unfiltered.cache_clear()
+
+
+def test_the_fd_holds_exactly_the_compiled_filter():
+    import platform
+
+    if platform.machine() not in TABLES:
+        pytest.skip("no table for this machine")
+    with sandbox.seccomp_fd() as fd:
+        assert fd is not None
+        with open(f"/proc/self/fd/{fd}", "rb") as f:
+            assert f.read() == compiled(platform.machine())
 
 
 # -- against the system's headers -------------------------------------------------------

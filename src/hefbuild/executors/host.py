@@ -41,23 +41,32 @@ class HostExecutor:
         env = stage_env(stage)
         argv = [stage.interpreter, str(stage.rules_dir / stage.rule), str(action_file)]
         if stage.sandbox:
-            from .sandbox import bwrap_path, sandboxed
-
-            bwrap = bwrap_path()
-            if bwrap is None:
-                raise SandboxUnavailable(
-                    "bubblewrap (bwrap) is needed to sandbox host stages and is not usable "
-                    "here: apt-get install bubblewrap, or opt out with `sandbox = false` in "
-                    "hefbuild.toml (or HEFBUILD_SANDBOX=0)")
-            argv = sandboxed(bwrap, stage, argv, env, stage.network, stage.writable)
+            result = self._run_sandboxed(stage, argv, env)
         else:
             from .sandbox import reaped
 
-            argv = reaped(argv)
-        result = self.run(ExecRequest(argv, stage.work, env, stage.log_path,
-                                      stage.limits.timeout_s, stage.limits.memory_bytes,
-                                      stage.watch))
+            result = self.run(self._request(stage, reaped(argv), env))
         return replace(result, isolation="bwrap" if stage.sandbox else "none")
+
+    def _run_sandboxed(self, stage: StageRun, argv: list[str],
+                       env: dict[str, str]) -> ExecResult:
+        from .sandbox import bwrap_path, sandboxed, seccomp_fd
+
+        bwrap = bwrap_path()
+        if bwrap is None:
+            raise SandboxUnavailable(
+                "bubblewrap (bwrap) is needed to sandbox host stages and is not usable "
+                "here: apt-get install bubblewrap, or opt out with `sandbox = false` in "
+                "hefbuild.toml (or HEFBUILD_SANDBOX=0)")
+        with seccomp_fd() as fd:
+            argv = sandboxed(bwrap, stage, argv, env, stage.network, stage.writable, fd)
+            fds = () if fd is None else (fd,)
+            return self.run(replace(self._request(stage, argv, env), pass_fds=fds))
+
+    @staticmethod
+    def _request(stage: StageRun, argv: list[str], env: dict[str, str]) -> ExecRequest:
+        return ExecRequest(argv, stage.work, env, stage.log_path, stage.limits.timeout_s,
+                           stage.limits.memory_bytes, stage.watch)
 
     def run(self, request: ExecRequest) -> ExecResult:
         start = time.monotonic()
@@ -65,7 +74,7 @@ class HostExecutor:
             proc = subprocess.Popen(
                 request.argv, cwd=request.cwd, env=request.env, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent(),
+                preexec_fn=_die_with_parent(), pass_fds=request.pass_fds,
             )
             try:
                 return _supervise(proc, request, start)
