@@ -20,7 +20,8 @@ import psutil
 import pytest
 
 from hefbuild.engine import Engine
-from hefbuild.executors.sandbox import bwrap_path
+from hefbuild.errors import StageError
+from hefbuild.executors.sandbox import bwrap_path, probe_bwrap
 from hefbuild.executors.seccomp import TABLES
 from hefbuild.project import load_project
 
@@ -329,19 +330,6 @@ def test_unsandboxed_by_choice_warns_once_and_still_ends_every_process(
     assert manifest["sandbox"] == "none"
 
 
-def test_without_bubblewrap_a_host_stage_refuses_to_run_unless_opted_out(
-        root, store, monkeypatch):
-    import hefbuild.executors.sandbox as sandbox
-    from hefbuild.errors import StageError
-
-    (root / "rules" / "fetch.py").write_text(FETCH_RULE)
-    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
-    with pytest.raises(StageError, match="apt-get install bubblewrap"):
-        Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")
-    monkeypatch.setenv("HEFBUILD_SANDBOX", "false")
-    assert Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")["outcome"] == "built"
-
-
 @pytest.mark.skipif(platform.machine() not in TABLES, reason="no system-call table here")
 def test_a_hostile_rule_holds_no_capability_and_each_escape_call_fails(
         root, store, tmp_path, monkeypatch):
@@ -369,3 +357,55 @@ def test_a_hostile_rule_holds_no_capability_and_each_escape_call_fails(
            "wrote": sorted(v for k, v in tried.items() if k.startswith("write_"))}
     assert {k: got.get(k) for k in expected} == expected
     assert_nothing_landed(root, store, probe)
+
+
+@pytest.fixture
+def fresh_probe():
+    """The probe of bubblewrap is cached: each test here sees its own, and leaves none."""
+    probe_bwrap.cache_clear()
+    yield
+    probe_bwrap.cache_clear()
+
+
+def fake_bwrap(folder: Path, stderr: str) -> Path:
+    """A bwrap earlier on PATH that fails like the real one on a restricted machine."""
+    folder.mkdir()
+    script = folder / "bwrap"
+    script.write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit 1\n")
+    script.chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize("said", [
+    "bwrap: setting up uid map: Permission denied",
+    "bwrap: No permissions to create new namespace, likely because the kernel does not "
+    "allow non-privileged user namespaces. See <https://deb.li/bubblewrap> or "
+    "<file:///usr/share/doc/bubblewrap/README.Debian.gz>.",
+])
+def test_where_apparmor_forbids_user_namespaces_the_error_says_so_and_names_both_fixes(
+        root, store, tmp_path, monkeypatch, fresh_probe, said):
+    (root / "rules" / "fetch.py").write_text(FETCH_RULE)
+    fake = fake_bwrap(tmp_path / "bin", said)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(StageError) as failed:
+        Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")
+    line = str(failed.value)
+    assert "\n" not in line
+    assert f"`{said}`" in line and str(fake / "bwrap") in line
+    assert "AppArmor restricts unprivileged user namespaces" in line
+    assert "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in line
+    assert f"an AppArmor profile for {fake / 'bwrap'} that allows `userns`" in line
+    assert "apt-get" not in line
+    assert not (root / "build" / MODEL / "fetch").exists()
+
+
+def test_without_bubblewrap_a_host_stage_refuses_to_run_unless_opted_out(
+        root, store, tmp_path, monkeypatch, fresh_probe):
+    (root / "rules" / "fetch.py").write_text(FETCH_RULE)
+    empty = tmp_path / "no-bwrap"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    with pytest.raises(StageError, match="is not installed: apt-get install bubblewrap"):
+        Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")
+    monkeypatch.setenv("HEFBUILD_SANDBOX", "false")
+    assert Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")["outcome"] == "built"

@@ -50,16 +50,13 @@ class HostExecutor:
 
     def _run_sandboxed(self, stage: StageRun, argv: list[str],
                        env: dict[str, str]) -> ExecResult:
-        from .sandbox import bwrap_path, sandboxed, seccomp_fd
+        from .sandbox import probe_bwrap, sandboxed, seccomp_fd
 
-        bwrap = bwrap_path()
-        if bwrap is None:
-            raise SandboxUnavailable(
-                "bubblewrap (bwrap) is needed to sandbox host stages and is not usable "
-                "here: apt-get install bubblewrap, or opt out with `sandbox = false` in "
-                "hefbuild.toml (or HEFBUILD_SANDBOX=0)")
+        bwrap = probe_bwrap()
+        if bwrap.path is None:
+            raise SandboxUnavailable(bwrap.problem)
         with seccomp_fd() as fd:
-            argv = sandboxed(bwrap, stage, argv, env, stage.network, stage.writable, fd)
+            argv = sandboxed(bwrap.path, stage, argv, env, stage.network, stage.writable, fd)
             fds = () if fd is None else (fd,)
             return self.run(replace(self._request(stage, argv, env), pass_fds=fds))
 

@@ -30,6 +30,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -37,6 +38,10 @@ from . import seccomp
 from .base import StageRun
 
 SANDBOX_ID = "1000"  # the rule's uid and gid in its namespace: anyone's but root's
+OPT_OUT = "opt out with `sandbox = false` in hefbuild.toml (or HEFBUILD_SANDBOX=0)"
+# What bwrap prints when it may not make (or, under AppArmor's restriction of unprivileged
+# user namespaces on Ubuntu 23.10+, not use) the user namespace a stage runs in.
+NO_USERNS = ("setting up uid map: Permission denied", "No permissions to creat")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
 # /proc read-only: the rule's uid is root's outside, and a sysctl file checks only that uid
 # (core_pattern would run a program of its choosing as root).
@@ -87,18 +92,52 @@ sys.exit(code if code >= 0 else 128 - code)
 """
 
 
+@dataclass(frozen=True)
+class Bwrap:
+    """bubblewrap as the probe found it: its path when it can sandbox a stage here, else
+    why not (one line that says what to do)."""
+
+    path: str | None
+    problem: str = ""
+
+
 @cache
-def bwrap_path() -> str | None:
-    """bubblewrap, if installed and able to make namespaces here."""
+def probe_bwrap() -> Bwrap:
+    """Probed once, with a real stage's namespaces and filter: a bwrap that runs `true`
+    but cannot drop to a user namespace would fail every stage instead."""
     path = shutil.which("bwrap")
     if path is None:
-        return None
-    probe = [path, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "true"]
-    try:
-        ok = subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    return path if ok else None
+        return Bwrap(None, "bubblewrap (bwrap) is needed to sandbox host stages and is not "
+                           f"installed: apt-get install bubblewrap, or {OPT_OUT}")
+    with seccomp_fd() as fd:
+        probe = [path, *isolation(fd), "--unshare-net", "--ro-bind", "/", "/",
+                 *PRIVATE_MOUNTS, "true"]
+        try:
+            done = subprocess.run(probe, capture_output=True, text=True, timeout=10,
+                                  pass_fds=() if fd is None else (fd,))
+        except (OSError, subprocess.SubprocessError) as exc:
+            return Bwrap(None, f"bubblewrap ({path}) cannot run here ({exc}); {OPT_OUT}")
+    if done.returncode == 0:
+        return Bwrap(path)
+    return Bwrap(None, unusable(path, done.stderr, done.returncode))
+
+
+def bwrap_path() -> str | None:
+    """bubblewrap, if installed and able to sandbox a stage here."""
+    return probe_bwrap().path
+
+
+def unusable(path: str, stderr: str, returncode: int) -> str:
+    """Why bubblewrap failed its probe, in one line, with bwrap's own words in it."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    said = lines[-1] if lines else f"exit status {returncode}"
+    if any(sign in said for sign in NO_USERNS):
+        return (f"bubblewrap ({path}) may not create the user namespace a host stage runs in "
+                f"(`{said}`): AppArmor restricts unprivileged user namespaces here (Ubuntu "
+                "23.10+, GitHub's ubuntu-24.04 runners); allow them with `sudo sysctl -w "
+                "kernel.apparmor_restrict_unprivileged_userns=0`, or load an AppArmor profile "
+                f"for {path} that allows `userns` (README, The sandbox)")
+    return f"bubblewrap ({path}) cannot sandbox a stage here (`{said}`); {OPT_OUT}"
 
 
 def isolation(filter_fd: int | None) -> list[str]:
