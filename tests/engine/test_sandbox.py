@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -25,7 +28,7 @@ from hefbuild.executors.sandbox import bwrap_path, probe_bwrap
 from hefbuild.executors.seccomp import TABLES
 from hefbuild.project import load_project
 
-from .helpers import MODEL
+from .helpers import MODEL, make_tiny_project
 
 pytestmark = pytest.mark.skipif(
     bwrap_path() is None and os.environ.get("CI") != "true",
@@ -206,6 +209,31 @@ EXPECTED_TOO = {
     # What an honest rule does still works.
     "mknodat_fifo": "ok", "fork": "ok", "thread": "ok", "subprocess": "ok",
 }
+
+# Outputs (and a work folder) only their owner's root could read: mode 0000 files and folders.
+LOCKED_RULE = """
+import json, os, sys
+action = json.load(open(sys.argv[1]))
+ckpt = os.path.join(action["out"], "checkpoint")
+os.makedirs(os.path.join(ckpt, "sub"))
+for rel, text in (("config.json", "{}"), ("sub/weights.bin", "weights")):
+    with open(os.path.join(ckpt, rel), "w") as f:
+        f.write(text)
+    os.chmod(os.path.join(ckpt, rel), 0)
+os.makedirs("cache/locked/deeper")
+for folder in ("cache/locked/deeper", "cache/locked", os.path.join(ckpt, "sub"), ckpt):
+    os.chmod(folder, 0)
+"""
+NOBODY = 65534
+BUILD_AS_IS = """
+import json, sys
+from pathlib import Path
+from hefbuild.engine import Engine
+from hefbuild.project import load_project
+engine = Engine(load_project(Path(sys.argv[1]), store=Path(sys.argv[2])))
+print(json.dumps(engine.run(sys.argv[3])["outcome"]))
+"""
+
 
 class Listener:
     """A server on the host's loopback that the sandboxed rule must not reach."""
@@ -409,3 +437,69 @@ def test_without_bubblewrap_a_host_stage_refuses_to_run_unless_opted_out(
         Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")
     monkeypatch.setenv("HEFBUILD_SANDBOX", "false")
     assert Engine(load_project(root, store=store)).run(f"fetch:{MODEL}")["outcome"] == "built"
+
+
+def as_nobody(argv: list[str], home: Path, pythonpath: str = "") -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "HF_HOME": str(home / "hf")}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                           "--clear-groups", *argv], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def nobody_python(home: Path) -> tuple[str, str]:
+    """An interpreter the unprivileged user can run hefbuild with, and its PYTHONPATH: ours,
+    or, when ours links into root's home (a pyenv build), the system's of the same version
+    on our packages. Skips when there is none, or bubblewrap is not theirs to use."""
+    import hefbuild
+
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    ours.append(str(Path(hefbuild.__file__).parents[1]))
+    # The engine starts its interpreter again (the toolchain probe): that must work too.
+    check = ("import subprocess, sys; from hefbuild.executors.sandbox import bwrap_path; "
+             f"assert sys.version_info[:2] == {tuple(sys.version_info[:2])}; "
+             "subprocess.run([sys.executable, '-c', ''], check=True); "
+             "assert bwrap_path(), 'bwrap'")
+    said = ""
+    for python, path in ((sys.executable, ""), ("/usr/bin/python3", os.pathsep.join(ours))):
+        done = as_nobody([python, "-c", check], home, path)
+        if done.returncode == 0:
+            return python, path
+        said = done.stderr.strip().splitlines()[-1:] or said
+    pytest.skip(f"uid {NOBODY} cannot run hefbuild with bubblewrap here: {said}")
+
+
+@pytest.fixture
+def nobody_dir():
+    """A folder the unprivileged user owns (and can reach: a tmpfs, not root's 0700 tmp)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to build as an unprivileged user")
+    base = Path("/dev/shm")
+    if not base.is_dir():
+        pytest.skip("no /dev/shm")
+    folder = base / f"hefbuild-nobody-{uuid.uuid4().hex}"
+    folder.mkdir(mode=0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_outputs_the_rule_locked_are_still_stored_when_doit_is_not_root(nobody_dir):
+    """A rule's files are its invoker's: a mode 0000 output must not stop a normal user's
+    build (as root nothing shows it), nor leave a scratch folder it cannot remove."""
+    root, store, home = nobody_dir / "proj", nobody_dir / "store", nobody_dir / "home"
+    make_tiny_project(root)
+    (root / "rules" / "fetch.py").write_text(LOCKED_RULE)
+    home.mkdir()
+    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(nobody_dir)], check=True)
+    python, pythonpath = nobody_python(home)
+    done = as_nobody([python, "-c", BUILD_AS_IS, str(root), str(store), f"fetch:{MODEL}"],
+                     home, pythonpath)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == "built"
+    ckpt = root / "build" / MODEL / "fetch" / "checkpoint"
+    assert (ckpt / "config.json").read_text() == "{}"
+    assert (ckpt / "sub" / "weights.bin").read_text() == "weights"
+    assert not list((store / "v1" / "tmp").glob("scratch-*"))  # work/ went with the stage

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import StageError
 from .base import ExecRequest, ExecResult, StageRun
+from .perms import owner_readable
 from .watch import MIB, StageWatch
 
 _POLL_S = 0.05
@@ -40,12 +41,18 @@ class HostExecutor:
         action_file.write_text(stage.action_json(str))
         env = stage_env(stage)
         argv = [stage.interpreter, str(stage.rules_dir / stage.rule), str(action_file)]
-        if stage.sandbox:
-            result = self._run_sandboxed(stage, argv, env)
-        else:
-            from .sandbox import reaped
+        try:
+            if stage.sandbox:
+                result = self._run_sandboxed(stage, argv, env)
+            else:
+                from .sandbox import reaped
 
-            result = self.run(self._request(stage, reaped(argv), env))
+                result = self.run(self._request(stage, reaped(argv), env))
+        finally:
+            # A file or folder the rule left mode 0000 would stop a non-root doit from
+            # storing it (and from removing the scratch folder).
+            for folder in (stage.out, stage.work):
+                owner_readable(folder)
         return replace(result, isolation="bwrap" if stage.sandbox else "none")
 
     def _run_sandboxed(self, stage: StageRun, argv: list[str],
