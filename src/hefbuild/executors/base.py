@@ -101,6 +101,7 @@ class ExecRequest:
     timeout_s: float | None = None
     memory_bytes: int | None = None
     watch: Watch = field(default_factory=Watch)
+    pass_fds: tuple[int, ...] = ()  # open fds the process inherits (bwrap's seccomp filter)
 
 
 @dataclass(frozen=True)

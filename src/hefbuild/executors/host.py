@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import StageError
 from .base import ExecRequest, ExecResult, StageRun
+from .perms import owner_readable
 from .watch import MIB, StageWatch
 
 _POLL_S = 0.05
@@ -40,24 +41,36 @@ class HostExecutor:
         action_file.write_text(stage.action_json(str))
         env = stage_env(stage)
         argv = [stage.interpreter, str(stage.rules_dir / stage.rule), str(action_file)]
-        if stage.sandbox:
-            from .sandbox import bwrap_path, sandboxed
+        try:
+            if stage.sandbox:
+                result = self._run_sandboxed(stage, argv, env)
+            else:
+                from .sandbox import reaped
 
-            bwrap = bwrap_path()
-            if bwrap is None:
-                raise SandboxUnavailable(
-                    "bubblewrap (bwrap) is needed to sandbox host stages and is not usable "
-                    "here: apt-get install bubblewrap, or opt out with `sandbox = false` in "
-                    "hefbuild.toml (or HEFBUILD_SANDBOX=0)")
-            argv = sandboxed(bwrap, stage, argv, env, stage.network, stage.writable)
-        else:
-            from .sandbox import reaped
-
-            argv = reaped(argv)
-        result = self.run(ExecRequest(argv, stage.work, env, stage.log_path,
-                                      stage.limits.timeout_s, stage.limits.memory_bytes,
-                                      stage.watch))
+                result = self.run(self._request(stage, reaped(argv), env))
+        finally:
+            # A file or folder the rule left mode 0000 would stop a non-root doit from
+            # storing it (and from removing the scratch folder).
+            for folder in (stage.out, stage.work):
+                owner_readable(folder)
         return replace(result, isolation="bwrap" if stage.sandbox else "none")
+
+    def _run_sandboxed(self, stage: StageRun, argv: list[str],
+                       env: dict[str, str]) -> ExecResult:
+        from .sandbox import probe_bwrap, sandboxed, seccomp_fd
+
+        bwrap = probe_bwrap()
+        if bwrap.path is None:
+            raise SandboxUnavailable(bwrap.problem)
+        with seccomp_fd() as fd:
+            argv = sandboxed(bwrap.path, stage, argv, env, stage.network, stage.writable, fd)
+            fds = () if fd is None else (fd,)
+            return self.run(replace(self._request(stage, argv, env), pass_fds=fds))
+
+    @staticmethod
+    def _request(stage: StageRun, argv: list[str], env: dict[str, str]) -> ExecRequest:
+        return ExecRequest(argv, stage.work, env, stage.log_path, stage.limits.timeout_s,
+                           stage.limits.memory_bytes, stage.watch)
 
     def run(self, request: ExecRequest) -> ExecResult:
         start = time.monotonic()
@@ -65,7 +78,7 @@ class HostExecutor:
             proc = subprocess.Popen(
                 request.argv, cwd=request.cwd, env=request.env, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent(),
+                preexec_fn=_die_with_parent(), pass_fds=request.pass_fds,
             )
             try:
                 return _supervise(proc, request, start)

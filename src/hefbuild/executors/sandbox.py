@@ -9,6 +9,12 @@ unless it is `fetch`, which gets the network and the Hugging Face cache. Its env
 exactly what the executor passes. bwrap is the init of a new PID namespace: when the rule
 exits, the kernel ends every process it started, daemons included.
 
+The rule holds no capabilities and cannot gain any, even when doit runs as root: it runs as
+an unprivileged uid in its own user namespace (which maps it to whoever runs doit, so its
+files are theirs), with every capability dropped, no new privileges, no further user
+namespaces, a read-only /proc (its sysctls would otherwise answer to a uid that is root
+outside) and a seccomp filter (executors/seccomp.py) on the calls that reach outside.
+
 Unsandboxed (the project opted out), a small reaper runs the rule as a child subreaper
 (PR_SET_CHILD_SUBREAPER): whatever double-forks or calls setsid is re-parented to it, and
 everything still alive when the rule exits is killed before the stage counts as done.
@@ -18,15 +24,29 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from . import seccomp
 from .base import StageRun
 
+SANDBOX_ID = "1000"  # the rule's uid and gid in its namespace: anyone's but root's
+OPT_OUT = "opt out with `sandbox = false` in hefbuild.toml (or HEFBUILD_SANDBOX=0)"
+# What bwrap prints when it may not make (or, under AppArmor's restriction of unprivileged
+# user namespaces on Ubuntu 23.10+, not use) the user namespace a stage runs in.
+NO_USERNS = ("setting up uid map: Permission denied", "No permissions to creat")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
+# /proc read-only: the rule's uid is root's outside, and a sysctl file checks only that uid
+# (core_pattern would run a program of its choosing as root).
+PRIVATE_MOUNTS = ("--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev",
+                  "--tmpfs", "/tmp")
 
 # Run with doit's own python, stdlib only: rule argv follows. Exits with the rule's status.
 REAPER = r"""
@@ -72,18 +92,87 @@ sys.exit(code if code >= 0 else 128 - code)
 """
 
 
+@dataclass(frozen=True)
+class Bwrap:
+    """bubblewrap as the probe found it: its path when it can sandbox a stage here, else
+    why not (one line that says what to do)."""
+
+    path: str | None
+    problem: str = ""
+
+
 @cache
-def bwrap_path() -> str | None:
-    """bubblewrap, if installed and able to make namespaces here."""
+def probe_bwrap() -> Bwrap:
+    """Probed once, with a real stage's namespaces and filter: a bwrap that runs `true`
+    but cannot drop to a user namespace would fail every stage instead."""
     path = shutil.which("bwrap")
     if path is None:
-        return None
-    probe = [path, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "true"]
+        return Bwrap(None, "bubblewrap (bwrap) is needed to sandbox host stages and is not "
+                           f"installed: apt-get install bubblewrap, or {OPT_OUT}")
+    with seccomp_fd() as fd:
+        probe = [path, *isolation(fd), "--unshare-net", "--ro-bind", "/", "/",
+                 *PRIVATE_MOUNTS, "true"]
+        try:
+            done = subprocess.run(probe, capture_output=True, text=True, timeout=10,
+                                  pass_fds=() if fd is None else (fd,))
+        except (OSError, subprocess.SubprocessError) as exc:
+            return Bwrap(None, f"bubblewrap ({path}) cannot run here ({exc}); {OPT_OUT}")
+    if done.returncode == 0:
+        return Bwrap(path)
+    return Bwrap(None, unusable(path, done.stderr, done.returncode))
+
+
+def bwrap_path() -> str | None:
+    """bubblewrap, if installed and able to sandbox a stage here."""
+    return probe_bwrap().path
+
+
+def unusable(path: str, stderr: str, returncode: int) -> str:
+    """Why bubblewrap failed its probe, in one line, with bwrap's own words in it."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    said = lines[-1] if lines else f"exit status {returncode}"
+    if any(sign in said for sign in NO_USERNS):
+        return (f"bubblewrap ({path}) may not create the user namespace a host stage runs in "
+                f"(`{said}`): AppArmor restricts unprivileged user namespaces here (Ubuntu "
+                "23.10+, GitHub's ubuntu-24.04 runners); allow them with `sudo sysctl -w "
+                "kernel.apparmor_restrict_unprivileged_userns=0`, or load an AppArmor profile "
+                f"for {path} that allows `userns` (README, The sandbox)")
+    return f"bubblewrap ({path}) cannot sandbox a stage here (`{said}`); {OPT_OUT}"
+
+
+def isolation(filter_fd: int | None) -> list[str]:
+    """The namespaces and privileges of a stage (its network aside): no capability, as an
+    unprivileged uid, whoever runs doit. bwrap sets no-new-privileges itself."""
+    cmd = ["--unshare-user", "--uid", SANDBOX_ID, "--gid", SANDBOX_ID, "--disable-userns",
+           "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+           "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    return cmd if filter_fd is None else [*cmd, "--seccomp", str(filter_fd)]
+
+
+@contextmanager
+def seccomp_fd() -> Iterator[int | None]:
+    """An fd holding the stage's filter, for bwrap's --seccomp; None (said once) on an
+    architecture without a table."""
+    machine = platform.machine()
+    data = seccomp.compiled(machine)
+    if data is None:
+        _say_unfiltered(machine)
+        yield None
+        return
+    fd = os.memfd_create("hefbuild-seccomp", os.MFD_CLOEXEC)
     try:
-        ok = subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    return path if ok else None
+        with open(fd, "wb", closefd=False) as f:
+            f.write(data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@cache
+def _say_unfiltered(machine: str) -> None:
+    print(f"hefbuild: WARNING: no system-call table for {machine}: host stages run in "
+          "bubblewrap without a seccomp filter (still without capabilities)", file=sys.stderr)
 
 
 def reaped(argv: list[str]) -> list[str]:
@@ -91,15 +180,16 @@ def reaped(argv: list[str]) -> list[str]:
 
 
 def sandboxed(bwrap: str, stage: StageRun, argv: list[str], env: dict[str, str],
-              network: bool, writable: tuple[Path, ...] = ()) -> list[str]:
-    """The bwrap command line that runs `argv` for `stage` with exactly `env`."""
-    cmd = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-           "--unshare-cgroup-try", "--new-session"]
+              network: bool, writable: tuple[Path, ...] = (),
+              filter_fd: int | None = None) -> list[str]:
+    """The bwrap command line that runs `argv` for `stage` with exactly `env`; `filter_fd`
+    holds the seccomp filter (seccomp_fd) and must reach bwrap open (ExecRequest.pass_fds)."""
+    cmd = [bwrap, *isolation(filter_fd)]
     if not network:
         cmd.append("--unshare-net")
     for d in SYSTEM_DIRS:
         cmd += ["--ro-bind-try", d, d]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    cmd += PRIVATE_MOUNTS
     for path in interpreter_paths(argv[0]):
         cmd += ["--ro-bind-try", path, path]
     # A toolchain's own PYTHONPATH entries (its declared libraries) are readable too.
