@@ -15,7 +15,8 @@ which speaks Bazel's HTTP cache protocol (`{base}/cas/<sha256>`, `{base}/ac/<key
     Every restored task must have outcome `remote` in build/events.jsonl, or the row says
     INVALID. The build that filled the remote (upload on) is shown against the rebuilds.
 (b) a blob of random bytes (1 GiB by default) to and from the same nginx:
-    upload   HttpTransport.put vs `curl -T`
+    upload   HttpTransport.put, hashing the bytes as it sends them (every upload does), vs
+             `curl -T` (no hashing)
     download RemoteCache._download (what a restore does: stream into the store while
              hashing, then adopt) and the bare HttpTransport.get into a file (no hashing)
              vs `curl -o` (raw transfer, no hashing: the strongest baseline)
@@ -206,8 +207,8 @@ def bench_upload(cache: NginxCache, blob: Path, digest: str, runs: int,
     settings = CacheSettings(remote=cache.url, timeout_s=60)
     ours, theirs = cache.blob_path(digest), cache.blob_path(hashlib.sha256(b"curl").hexdigest())
 
-    def put() -> None:  # a new transport, so a new connection, as curl makes
-        HttpTransport(settings).put(f"cas/{digest}", blob)
+    def put() -> None:  # a new transport, so a new connection, as curl makes; hashing
+        HttpTransport(settings).put(f"cas/{digest}", blob, digest)  # as every upload does
 
     times = rounds(runs, blob.stat().st_size, {
         "put": Contender(lambda: settle(ours), put, ours),
@@ -225,8 +226,10 @@ def bench_download(cache: NginxCache, work: Path, digest: str, runs: int,
     store = Store(work / "dl-store", StatCache(work / "dl-store" / "stat.sqlite3"))
     adopted, bare, raw = store.object_path(digest), work / "dl-bare.bin", work / "dl-curl.bin"
 
+    size = cache.blob_path(digest).stat().st_size
+
     def verified() -> None:  # the restore path: stream into the store, hashing, then adopt
-        RemoteCache(settings, warn=print)._download(digest, store, "bench")
+        RemoteCache(settings, warn=print)._download(digest, size, store, "bench")
 
     def bare_get() -> None:
         with open(bare, "wb") as out:
@@ -257,10 +260,11 @@ settings = CacheSettings(remote=url, timeout_s=60)
 if mode == "download":
     store = Store(Path(where), StatCache(Path(where) / "stat.sqlite3"))
     remote = RemoteCache(settings, warn=print)
-    run = lambda: remote._download(digest, store, "bench")
+    size = int(sys.argv[6])
+    run = lambda: remote._download(digest, size, store, "bench")
 else:
     transport = HttpTransport(settings)
-    run = lambda: transport.put(f"cas/{digest}", Path(where))
+    run = lambda: transport.put(f"cas/{digest}", Path(where), digest)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 run()
@@ -270,9 +274,9 @@ print(json.dumps({"before_kib": before, "after_kib": after, "seconds": seconds})
 """
 
 
-def child_rss(mode: str, url: str, digest: str, where: Path) -> dict[str, float]:
+def child_rss(mode: str, url: str, digest: str, where: Path, size: int) -> dict[str, float]:
     done = subprocess.run([sys.executable, "-c", CHILD, str(REPO / "src"), mode, url, digest,
-                           str(where)], check=True, capture_output=True, text=True)
+                           str(where), str(size)], check=True, capture_output=True, text=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -292,7 +296,7 @@ def bench_blob(cache: NginxCache, work: Path, mib: int, runs: int,
         return (name, a, b, "MB/s", a / b, goal)
 
     rows = [
-        row(f"(b) upload {mib} MiB: HttpTransport.put / curl -T", "put", "curl -T", up,
+        row(f"(b) upload {mib} MiB, hashed: HttpTransport.put / curl -T", "put", "curl -T", up,
             ">= 0.8x"),
         row(f"(b) download {mib} MiB, hashed+adopted: RemoteCache._download / curl -o (raw)",
             "_download", "curl -o", down, ">= 0.8x"),
@@ -305,7 +309,7 @@ def bench_blob(cache: NginxCache, work: Path, mib: int, runs: int,
     settle(cache.blob_path(digest))  # so the upload child writes a new file too
     for what, mode, where in (("upload (put)", "upload", blob),
                               ("download (_download)", "download", work / "rss-store")):
-        rss = child_rss(mode, cache.url, digest, where)
+        rss = child_rss(mode, cache.url, digest, where, size)
         notes.append(f"(b) peak RSS of a process doing one {mib} MiB {what}: "
                      f"{rss['after_kib'] / 1024:.1f} MiB; before the transfer (interpreter, "
                      f"imports) {rss['before_kib'] / 1024:.1f} MiB, so the transfer raised the "
