@@ -44,7 +44,7 @@ def _link_target(path: Path) -> str:
 
 def collect_outputs(who: str, declared: tuple[str, ...], out: Path) -> dict[str, Path]:
     """Every declared output under `out`, by its path relative to `out`; `who` begins each
-    error line (`export:m: rules/cpu_ort/export.py`). Raises MissingOutput."""
+    error line (`<stage>:<model>: rules/<rule>`). Raises MissingOutput."""
     found: dict[str, Path] = {}
     for decl in declared:
         if decl.endswith("/"):
