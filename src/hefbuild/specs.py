@@ -180,6 +180,7 @@ def load_model(path: Path, root: Path, toolchains: set[str],
                targets: dict[str, TargetSpec] | None = None) -> ModelSpec:
     """`targets`: the project's, loaded once for all its models (else read here)."""
     shown = path.relative_to(root).as_posix()
+    shown = shown if shown.isprintable() else repr(shown)  # a newline in a file name
     targets = load_targets(root) if targets is None else targets
     doc = read_toml(path, shown)
     _only_keys(doc, {"model", "source", "stages", "variants"}, shown, "")

@@ -224,11 +224,13 @@ def test_a_variant_name_of_the_longest_length_is_a_model(load):
     ("m" * 129, "(129 characters)"),
     ("tiny llama", "got 'tiny llama'"),
     ("-m", "got '-m'"),
-], ids=["129-characters", "space", "leading-dash"])
+    ("m\n", "got 'm\\n'"),
+], ids=["129-characters", "space", "leading-dash", "newline"])
 def test_a_model_file_name_is_matched_whole_and_bounded(proj, load, stem, got):
     (proj / "models" / f"{stem}.toml").write_text(SYNTHETIC)
-    message = spec_error(load, None)
-    assert message.startswith(f"models/{stem}.toml: a model file name matching "
+    message = spec_error(load, None)  # one line, a newline in the name too
+    file = f"models/{stem}.toml" if stem.isprintable() else repr(f"models/{stem}.toml")
+    assert message.startswith(f"{file}: a model file name matching "
                               "[A-Za-z0-9][A-Za-z0-9._+-]* of at most 128 characters, "), message
     assert got in message
 
