@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .specs import ToolchainSpec
     from .targets import TargetSpec
 from .checks import checks_of
+from .collect import collect_outputs
 from .failures import disk_error, failure_message, one_line
 from .fastpath import FastPath, Verdict, fast_path_of
 from .key import ActionKey, describe
@@ -582,21 +583,7 @@ class Engine:
         return self._executors[kind]
 
     def _collect_outputs(self, action: Action, out: Path) -> dict[str, Path]:
-        found: dict[str, Path] = {}
-        for decl in action.outputs:
-            path = out / decl.rstrip("/")
-            if decl.endswith("/"):
-                files = _regular_files(action, path) if path.is_dir() else []
-                if not files:
-                    raise MissingOutput(f"{action.task}: rules/{action.rule} exited 0 but left "
-                                        f"no files in declared output folder {decl}")
-                found.update({p.relative_to(out).as_posix(): p for p in files})
-            elif path.is_file() and not path.is_symlink():
-                found[decl] = path
-            else:
-                raise MissingOutput(f"{action.task}: rules/{action.rule} exited 0 but did not "
-                                    f"write declared output {decl}")
-        return found
+        return collect_outputs(f"{action.task}: rules/{action.rule}", action.outputs, out)
 
     def _keep_failed_log(self, action: Action, running: Path) -> None:
         """The whole log of the failed run, where a person looks (same disk: a rename)."""
@@ -680,19 +667,6 @@ def _manifest_and_outputs(root: Path, stage_dir: str) -> list[str]:
     manifest = read_json(root / stage_dir / MANIFEST)
     outputs = sorted(manifest.get("outputs", {})) if manifest else []
     return [f"{stage_dir}/{MANIFEST}"] + [f"{stage_dir}/{rel}" for rel in outputs]
-
-
-def _regular_files(action: Action, folder: Path) -> list[Path]:
-    """Every file under a declared output folder; a symlink could change under its digest."""
-    files = []
-    for p in sorted(folder.rglob("*")):
-        if p.is_symlink():
-            raise MissingOutput(f"{action.task}: rules/{action.rule} left a symlink "
-                                f"{p.relative_to(folder.parent).as_posix()} in its outputs; "
-                                f"outputs must be regular files")
-        if p.is_file():
-            files.append(p)
-    return files
 
 
 def _swap_dir(new: Path, final: Path) -> None:

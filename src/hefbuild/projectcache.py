@@ -27,7 +27,7 @@ from .targets import BUILTIN_TARGETS, TARGETS_DIR
 
 FORMAT = 6  # 4: a model carries its variants; 5: stages carry resources; 6: and code
 _LOADER_CODE = ("specs.py", "params.py", "targets.py", "declfile.py", "project.py", "plan.py",
-                "projectcache.py", "variants.py")
+                "projectcache.py", "variants.py", "names.py")
 
 
 def declarations_stamp(root: Path, named: tuple[str, ...]) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 from .declfile import _only_keys, _table, read_toml
 from .errors import SpecError
+from .names import NAME_MAX, fits_name_max, key_part, model_name_problem
+from .names import shown as shown_name
 from .params import ParamDef, check_value, normalize
 from .params import ParamType as T
 from .resources import KEY as RESOURCES
@@ -163,6 +165,9 @@ def _check_project_file(value: str, root: Path, shown: str, key: str) -> None:
     if rel.is_absolute() or ".." in rel.parts:
         raise SpecError(shown, key, f"a path inside the project, relative to its root, "
                         f"got {value!r}")
+    if not fits_name_max(value):  # else stat() raises ENAMETOOLONG
+        raise SpecError(shown, key, f"a path whose every part fits the file system's limit, "
+                        f"got {shown_name(value)}")
     if not (root / rel).is_file():
         raise SpecError(shown, key, f"file {value!r} does not exist (paths are project-relative)")
     real = (root / rel).resolve()
@@ -175,12 +180,16 @@ def load_model(path: Path, root: Path, toolchains: set[str],
                targets: dict[str, TargetSpec] | None = None) -> ModelSpec:
     """`targets`: the project's, loaded once for all its models (else read here)."""
     shown = path.relative_to(root).as_posix()
+    shown = shown if shown.isprintable() else repr(shown)  # a newline in a file name
     targets = load_targets(root) if targets is None else targets
     doc = read_toml(path, shown)
     _only_keys(doc, {"model", "source", "stages", "variants"}, shown, "")
     if VARIANT_SEP in path.stem:
         raise SpecError(shown, "", f"a model file name without {VARIANT_SEP!r} (it separates "
                         f"a model from its variant in task names)")
+    problem = model_name_problem(path.stem)
+    if problem:
+        raise SpecError(shown, "", problem)
     model = _table(doc, "model", shown, "model")
     _only_keys(model, {"target", "toolchain", "description", "chat"}, shown, "model")
     target = model.get("target")
@@ -207,7 +216,23 @@ def load_model(path: Path, root: Path, toolchains: set[str],
                 merge_stages(given, v.stages), f"variants.{v.name}.stages", model_tc,
                 toolchains, root, chat)
         for v in parse_variants(doc.get("variants", {}), shown))
+    for spec in (base, *variants):
+        _check_keeps(spec)
     return replace(base, variants=variants)
+
+
+def _check_keeps(model: ModelSpec) -> None:
+    """A target's keep destination that names `{model}` fits the file system with this
+    model's name (a long variant name plus a long suffix could not be written), with room
+    for the `.tmp` it is written through."""
+    for keep in model.pipeline.keep:
+        dest = keep.dest.format(model=model.name)
+        if "{model}" in keep.dest and not fits_name_max(dest + ".tmp"):
+            where = f"variants.{key_part(model.name.partition(VARIANT_SEP)[2])}" \
+                if model.variant_of else ""
+            raise SpecError(model.file, where, f"a shorter name: target {model.target} keeps "
+                            f"{keep.output} as {shown_name(dest)}, a file name over "
+                            f"{NAME_MAX} bytes")
 
 
 def _staged(head: ModelSpec, table: dict[str, Any], prefix: str, model_tc: str | None,

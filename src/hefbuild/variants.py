@@ -9,14 +9,13 @@ in an override reads `variants.<name>.stages.<stage>.<param>: …`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import SpecError
+from .names import key_part, variant_name_problem
 
 VARIANT_SEP = "@"
-VARIANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 # What a variant inherits and may not change: one checkpoint, one target per model file
 # (the lock, the fetch and everything the target derives from it stay the base's).
 _BASE_ONLY = ("model", "source")
@@ -41,10 +40,10 @@ def parse_variants(table: Any, shown: str) -> list[VariantTables]:
 
 
 def _one(name: str, body: Any, shown: str) -> VariantTables:
-    where = f"variants.{name}"
-    if not VARIANT_RE.match(name):
-        raise SpecError(shown, where, f"a variant name matching {VARIANT_RE.pattern[1:-1]}, "
-                        f"got {name!r}")
+    where = f"variants.{key_part(name)}"
+    problem = variant_name_problem(name)
+    if problem:
+        raise SpecError(shown, where, problem)
     if not isinstance(body, dict):
         raise SpecError(shown, where, f"a table ([{where}.stages.<stage>]), got "
                         f"{type(body).__name__}")

@@ -1,6 +1,8 @@
-"""A stage container never outlives its doit: a doit killed with -9 leaves its container
-running, and the next docker executor of this machine removes it before its own first stage,
-never a container whose owner may be alive or that belongs to another machine."""
+"""A stage container never outlives its doit: killed with -9, the doit's container ends
+itself (lifeline.py sees the FIFO doit held close), with no later hefbuild invocation; and
+the next docker executor of this machine removes what containers of dead doits left
+(stopped ones, and running ones whose lifeline could not work), never a container whose
+owner may be alive or that belongs to another machine."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from hefbuild.executors.docker import (
     owner_labels,
     process_start,
 )
+from hefbuild.executors.lifeline import GONE_LINE
 
 from .conftest import LABEL, SESSION, docker_host
 
@@ -41,9 +44,9 @@ from hefbuild.executors.base import StageRun, Watch
 from hefbuild.executors.docker import DockerExecutor
 
 scratch, image = Path(sys.argv[1]), sys.argv[2]
-stage = StageRun(task="fetch:orphan", interpreter="sh", rules_dir=scratch.parent / "rules",
-                 rule="sleep.sh", action={}, inputs={}, files={}, scratch=scratch, env={},
-                 image=image)
+stage = StageRun(task="fetch:orphan", interpreter="python3",
+                 rules_dir=scratch.parent / "rules", rule="sleep.py", action={}, inputs={},
+                 files={}, scratch=scratch, env={}, image=image)
 DockerExecutor().run_stage(stage)
 """
 
@@ -52,15 +55,19 @@ def stage_in(root: Path, name: str, rule: str, image: str) -> StageRun:
     scratch = root / name
     for sub in ("out", "work"):
         (scratch / sub).mkdir(parents=True)
-    return StageRun(task=f"fetch:{name}", interpreter="sh", rules_dir=root / "rules", rule=rule,
-                    action={}, inputs={}, files={}, scratch=scratch, env={}, image=image)
+    return StageRun(task=f"fetch:{name}", interpreter="python3", rules_dir=root / "rules",
+                    rule=rule, action={}, inputs={}, files={}, scratch=scratch, env={},
+                    image=image)
 
 
 def start_child(root: Path, image: str) -> subprocess.Popen:
+    (root / "rules").mkdir(exist_ok=True)
+    (root / "rules/sleep.py").write_text("import time\nprint('sleeping', flush=True)\n"
+                                         "time.sleep(300)\n")
     env = dict(os.environ)
     if docker_host():
         env["DOCKER_HOST"] = docker_host()
-    stage_in(root, "child", "sleep.sh", image)
+    stage_in(root, "child", "sleep.py", image)
     with open(root / "child.log", "wb") as log:  # the child keeps its own descriptor
         return subprocess.Popen([sys.executable, "-c", CHILD, str(root / "child"), image],
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
@@ -79,6 +86,24 @@ def wait_running(client: Any, proc: subprocess.Popen, root: Path) -> Any:
     pytest.fail(f"no running container of the child: {(root / 'child.log').read_text()}")
 
 
+def wait_rule_started(proc: subprocess.Popen, root: Path) -> None:
+    """The rule said so in its log: the wrapper armed its lifeline before starting it."""
+    log = root / "child" / "log.txt"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if log.exists() and "sleeping" in log.read_text():
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the child exited {proc.returncode}: {(root / 'child.log').read_text()}")
+        time.sleep(0.2)
+    pytest.fail(f"the rule never started: {(root / 'child.log').read_text()}")
+
+
+def kill_child(proc: subprocess.Popen) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
 def sleeper(client: Any, image: str, labels: dict[str, str]) -> Any:
     """A busybox `sleep 300` with these owner labels, as if a stage of that owner."""
     return client.containers.run(image, ["sleep", "300"], detach=True, network_mode="none",
@@ -95,48 +120,70 @@ def is_gone(client: Any, container_id: str) -> bool:
     return False
 
 
-def test_killed_doit_leaves_a_container_that_the_next_executor_removes(
-        tmp_path: Path, docker_client, busybox_image):
+def test_a_killed_doits_container_ends_itself(tmp_path: Path, docker_client, python_image):
+    proc = start_child(tmp_path, python_image)
+    container = None
+    try:
+        container = wait_running(docker_client, proc, tmp_path)
+        wait_rule_started(proc, tmp_path)
+        kill_child(proc)
+        # No hefbuild runs from here on. Without the lifeline the rule sleeps on for 300 s
+        # and this wait gives up (ReadTimeout): the test fails rather than hangs.
+        status = container.wait(timeout=60)
+        container.reload()
+        assert container.status == "exited"
+        assert status["StatusCode"] == 128 + signal.SIGKILL  # the rule, killed
+        assert GONE_LINE in container.logs().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if container is not None:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+
+
+def test_the_next_executor_removes_what_dead_doits_left(
+        tmp_path: Path, docker_client, busybox_image, python_image):
     (tmp_path / "rules").mkdir()
-    (tmp_path / "rules/sleep.sh").write_text("echo sleeping\nsleep 300\n")
-    (tmp_path / "rules/echo.sh").write_text("echo next stage\n")
+    (tmp_path / "rules/echo.py").write_text("print('next stage')\n")
     ours = owner_labels()
     started: list[str] = []
-    proc = start_child(tmp_path, busybox_image)
+    proc = start_child(tmp_path, python_image)
     try:
-        orphan = wait_running(docker_client, proc, tmp_path)
-        started.append(orphan.id)
-        assert orphan.labels[OWNER_START] == process_start(proc.pid)
-        assert orphan.labels[HOST] == ours[HOST]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        time.sleep(1)
-        orphan.reload()
-        assert orphan.status == "running"  # the bug: nothing outlives doit's `finally` but this
-
+        ended = wait_running(docker_client, proc, tmp_path)
+        started.append(ended.id)
+        assert ended.labels[OWNER_START] == process_start(proc.pid)
+        assert ended.labels[HOST] == ours[HOST]
+        wait_rule_started(proc, tmp_path)
+        kill_child(proc)
+        ended.wait(timeout=60)  # it ended itself; its stopped remains are the reap's
+        dead = {**ours, OWNER: str(proc.pid), OWNER_START: ended.labels[OWNER_START]}
+        # Running on: a container of that dead doit whose lifeline could not work.
+        orphan = sleeper(docker_client, busybox_image, dead)
         live = sleeper(docker_client, busybox_image, ours)  # this process: alive
         reused = sleeper(docker_client, busybox_image, {**ours, OWNER_START: "1"})  # pid reused
-        dead = {**ours, OWNER: str(proc.pid), OWNER_START: "1"}
         foreign = sleeper(docker_client, busybox_image, {**dead, HOST: "another-machine"})
         other_ns = sleeper(docker_client, busybox_image, {**dead, PID_NS: "pid:[1]"})
-        started += [live.id, reused.id, foreign.id, other_ns.id]
+        started += [orphan.id, live.id, reused.id, foreign.id, other_ns.id]
 
         said: list[dict] = []
-        stage = replace(stage_in(tmp_path, "next", "echo.sh", busybox_image),
+        stage = replace(stage_in(tmp_path, "next", "echo.py", python_image),
                         watch=Watch(emit=said.append))
         result = DockerExecutor(docker_client).run_stage(stage)
 
         assert result.returncode == 0
-        assert is_gone(docker_client, orphan.id)
-        assert is_gone(docker_client, reused.id)
+        for container in (ended, orphan, reused):
+            assert is_gone(docker_client, container.id), container.labels
         for kept in (live, foreign, other_ns):
             kept.reload()
             assert kept.status == "running", kept.labels
         log = stage.log_path.read_text()
         line = next(ln for ln in log.splitlines() if ln.startswith("hefbuild: removed "))
         assert "containers left by a doit that died: " in line
-        assert orphan.name in line and reused.name in line
-        assert not {live.name, foreign.name, other_ns.name} & set(line.split(": ")[1].split(", "))
+        removed = set(line.rsplit(": ", 1)[1].split(", "))
+        assert {ended.name, orphan.name, reused.name} <= removed  # (another's may be there)
+        assert not {live.name, foreign.name, other_ns.name} & removed
         assert "next stage" in log
         assert said and said[0]["message"] == line.removeprefix("hefbuild: ")
         stage_left = docker_client.containers.list(

@@ -62,6 +62,14 @@ CASES = [
      "toolchain/host.toml: limits.timeout: expected a duration"),
     ("toolchain/host.toml", "[env]", '[env]\nHF_TOKEN = "hf_not_here"',
      "toolchain/host.toml: env.HF_TOKEN: no secrets in a toolchain's environment"),
+    # Names that became paths too long for the file system, or task names with a newline:
+    ("models/tiny-llama.toml", "[stages.quantize]",
+     f"[variants.{'v' * 300}.stages.quantize]\nsamples = 16\n\n[stages.quantize]",
+     f"models/tiny-llama.toml: variants.\"{'v' * 40}…\": a variant name matching "
+     "[a-z0-9][a-z0-9_-]* of at most 64 characters"),
+    ("models/tiny-qwen2.toml", "[stages.quantize]",
+     '[variants."ok\\n".stages.quantize]\nsamples = 16\n\n[stages.quantize]',
+     'models/tiny-qwen2.toml: variants."ok\\n": a variant name matching'),
 ]
 
 
@@ -158,6 +166,26 @@ def test_a_bad_model_file_blocks_only_its_own_tasks(project: Project):
     assert own.returncode == 3
     assert own.stderr.strip().startswith("ERROR: models/tiny-qwen2.toml: model.colour: unknown "
                                          "key")
+
+
+def test_status_and_report_leave_out_a_model_whose_variant_name_is_too_long(project: Project):
+    project.edit("models/tiny-qwen2.toml", "[stages.quantize]",
+                 f"[variants.{'v' * 300}.stages.quantize]\nsamples = 16\n\n[stages.quantize]")
+    expected = (f"models/tiny-qwen2.toml: variants.\"{'v' * 40}…\": a variant name matching "
+                "[a-z0-9][a-z0-9_-]* of at most 64 characters, got ")
+    status = project.doit("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "Traceback" not in status.stdout + status.stderr
+    assert status.stderr.startswith(f"WARNING: {expected}"), status.stderr
+    assert len(status.stderr.splitlines()) == 1
+    named = project.doit("status", "tiny-qwen2")
+    assert f"   tiny-qwen2: refused: {expected}" in named.stdout
+    rows = {line.split()[0]: line.split()[1:] for line in status.stdout.splitlines() if line}
+    assert rows["tiny-llama"] == ["ok"] * 5, status.stdout  # the other models: as they are
+    report = project.doit("report")
+    assert report.returncode == 0, report.stdout + report.stderr
+    page = (project.root / "build/report/index.html").read_text()
+    assert 'data-model="tiny-llama"' in page
 
 
 def test_a_misspelt_task_gets_the_closest_names(project: Project):

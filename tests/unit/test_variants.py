@@ -3,7 +3,9 @@ validated like the base's stages (one line per mistake), and made models of thei
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -167,7 +169,8 @@ def test_a_base_model_without_variants_is_as_before(model):
     ('[variants.w4.stages.quantize]\ntoolchain = "nowhere"\n',
      "variants.w4.stages.quantize.toolchain: a toolchain declared in toolchain/"),
     ("[variants.W4.stages.quantize]\nsamples = 16\n",
-     "variants.W4: a variant name matching [a-z0-9][a-z0-9_-]*, got 'W4'"),
+     "variants.W4: a variant name matching [a-z0-9][a-z0-9_-]* of at most 64 characters, "
+     "got 'W4'"),
     ("[variants.\"w@4\".stages.quantize]\nsamples = 16\n",
      "variants.w@4: a variant name matching"),
     ("[variants.w4.source.synthetic]\nseed = 2\n",
@@ -194,6 +197,72 @@ def test_a_model_file_name_may_not_hold_the_separator(proj, load):
     message = spec_error(load, SYNTHETIC)
     assert message == ("models/a@b.toml: a model file name without '@' (it separates a model "
                        "from its variant in task names)")
+
+
+# -- names: matched whole, bounded so every path made from them fits the file system --
+
+
+@pytest.mark.parametrize(("name", "key", "got"), [
+    ('"ok\\n"', 'variants."ok\\n"', "got 'ok\\n'"),  # `$` in a pattern lets a newline by
+    ("v" * 300, f'variants."{"v" * 40}…"', f"got '{'v' * 40}'… (300 characters)"),
+    ("v" * 65, f'variants."{"v" * 40}…"', "(65 characters)"),
+], ids=["newline", "300-characters", "65-characters"])
+def test_a_variant_name_is_matched_whole_and_bounded(load, name, key, got):
+    message = spec_error(load, BASE + f"\n[variants.{name}.stages.quantize]\nsamples = 16\n")
+    assert message.startswith(f"models/m.toml: {key}: a variant name matching "
+                              "[a-z0-9][a-z0-9_-]* of at most 64 characters, "), message
+    assert got in message
+
+
+def test_a_variant_name_of_the_longest_length_is_a_model(load):
+    name = "v" * 64
+    project = load(BASE + f"\n[variants.{name}.stages.quantize]\nsamples = 16\n")
+    assert project.models[f"m@{name}"].stages["quantize"]["samples"] == 16
+
+
+@pytest.mark.parametrize(("stem", "got"), [
+    ("m" * 129, "(129 characters)"),
+    ("tiny llama", "got 'tiny llama'"),
+    ("-m", "got '-m'"),
+    ("m\n", "got 'm\\n'"),
+], ids=["129-characters", "space", "leading-dash", "newline"])
+def test_a_model_file_name_is_matched_whole_and_bounded(proj, load, stem, got):
+    (proj / "models" / f"{stem}.toml").write_text(SYNTHETIC)
+    message = spec_error(load, None)  # one line, a newline in the name too
+    file = f"models/{stem}.toml" if stem.isprintable() else repr(f"models/{stem}.toml")
+    assert message.startswith(f"{file}: a model file name matching "
+                              "[A-Za-z0-9][A-Za-z0-9._+-]* of at most 128 characters, "), message
+    assert got in message
+
+
+def test_a_model_file_name_of_the_longest_length_is_a_model(proj, load):
+    (proj / "models" / f"{'m' * 128}.toml").write_text(SYNTHETIC)
+    assert set(load(None).models) == {"m" * 128}
+
+
+def test_a_path_too_long_for_the_file_system_is_one_line(load):
+    path = "data/" + "x" * 300 + ".txt"
+    message = spec_error(load, BASE + f'\n[variants.w4.stages.quantize]\ncalibration = "{path}"\n')
+    assert message.startswith("models/m.toml: variants.w4.stages.quantize.calibration: a path "
+                              "whose every part fits the file system's limit, got 'data/"), message
+
+
+def test_a_keep_destination_too_long_with_a_variants_name_is_one_line(proj, load):
+    target = (Path(__file__).resolve().parents[2] / "targets" / "cpu-ort.toml").read_text()
+    keep = ('[[keep]]\nname = "keepit"\nstage = "compile"\noutput = "model.opt.onnx"\n'
+            f'dest = "kept/{{model}}.{"x" * 190}.onnx"\n\n[[stages]]\n')
+    (proj / "targets").mkdir()
+    for rule in re.findall(r'^rule = "(.*)"', target, re.M):  # a project's target: its rules
+        (proj / "rules" / rule).parent.mkdir(parents=True, exist_ok=True)
+        (proj / "rules" / rule).write_text("# never run\n")
+    (proj / "targets" / "cpu-ort.toml").write_text(target.replace("[[stages]]\n", keep, 1))
+    assert "m" in load(BASE).models  # kept/m.xxx….onnx fits
+    variant = "v" * 64
+    message = spec_error(load, BASE + f"\n[variants.{variant}.stages.quantize]\nsamples = 4\n")
+    key = f'variants."{"v" * 40}…"'
+    assert message.startswith(f"models/m.toml: {key}: a shorter name: target cpu-ort keeps "
+                              "model.opt.onnx as 'kept/"), message
+    assert message.endswith("a file name over 255 bytes")
 
 
 def test_a_broken_variant_sets_aside_its_whole_model_file(proj, tmp_path):

@@ -37,6 +37,9 @@ class Status(Command):
             print(f"ERROR: no model {unknown[0]!r} in models/ (known: "
                   f"{', '.join(sorted(project.models))})", file=sys.stderr)
             return 3
+        if not pos_args:  # as doit says it of a bad model file: one line, then the others
+            for error in project.broken.values():
+                print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
         models, every, running = {}, [], {}
         for name in names:
             if name in project.broken:

@@ -8,12 +8,17 @@ toolchain's environment plus an always-explicit CUDA_VISIBLE_DEVICES; a GPU only
 stages that declare one; memory and CPU limits; the invoking user's uid:gid, so outputs
 are ours. The container is removed afterwards; its whole output is the stage log.
 
-A container never outlives its doit: each is labelled with the stage, the process that
-supervises it (`hefbuild.owner` pid and `hefbuild.owner_start`, its start time, since pids
-are reused), this machine's name and the pid namespace. Before its first container, an
-executor removes every labelled container of this machine and namespace whose owner is gone
-(a doit killed with -9 or by the OOM killer never reaches its `finally`); containers of
-another machine sharing the daemon, and those whose owner may be alive, are never touched.
+A container never outlives its doit, though a doit killed with -9 or by the OOM killer never
+reaches its `finally`. First, it ends itself: its command is lifeline.py, which runs the
+rule and kills it when the FIFO that doit holds open reports that doit is gone (the kernel
+closes it however doit ends; nothing runs on the host for it, and a no-op doit that runs
+no container pays nothing). Second, as a guard where that cannot work (a daemon in a VM):
+each container is labelled with the stage, the process that supervises it
+(`hefbuild.owner` pid and `hefbuild.owner_start`, its start time, since pids are reused),
+this machine's name and the pid namespace, and before its first container an executor
+removes every labelled container of this machine and namespace whose owner is gone (and
+the stopped remains of those that ended themselves); containers of another machine sharing
+the daemon, and those whose owner may be alive, are never touched.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StageError
+from . import lifeline
 from .base import ExecResult, StageRun
 from .watch import MIB, StageWatch
 
 ROOT = Path("/hefbuild")
+LIFELINE = "lifeline.fifo"  # in the stage's scratch folder, and under ROOT in the container
 _POLL_S = 0.2
 STAGE, OWNER, OWNER_START, HOST = ("hefbuild.stage", "hefbuild.owner", "hefbuild.owner_start",
                                    "hefbuild.host")
@@ -89,14 +96,15 @@ class DockerExecutor:
         self._require_image(stage)
         _report_reaped(stage, self._reap_once())
         (stage.scratch / "action.json").write_text(stage.action_json(lambda p: _inside(stage, p)))
-        container = self.client.containers.create(**container_config(stage, owner_labels()))
-        start = time.monotonic()
-        try:
-            container.start()
-            return _supervise(container, stage, start)
-        finally:
-            with suppress(Exception):
-                container.remove(force=True)
+        with lifeline.hold(stage.scratch / LIFELINE):  # open until the container is gone
+            container = self.client.containers.create(**container_config(stage, owner_labels()))
+            start = time.monotonic()
+            try:
+                container.start()
+                return _supervise(container, stage, start)
+            finally:
+                with suppress(Exception):
+                    container.remove(force=True)
 
     def _require_image(self, stage: StageRun) -> None:
         import docker.errors
@@ -239,7 +247,9 @@ def container_config(stage: StageRun, owner: dict[str, str] | None = None) -> di
                PYTHONUNBUFFERED="1")
     config: dict[str, Any] = {
         "image": stage.image,
-        "command": [stage.interpreter, str(ROOT / "rules" / stage.rule),
+        # -I: the wrapper sees the standard library only, never a module of rules/.
+        "command": [stage.interpreter, "-I", str(ROOT / "lifeline.py"), str(ROOT / LIFELINE),
+                    stage.interpreter, str(ROOT / "rules" / stage.rule),
                     str(ROOT / "action.json")],
         "working_dir": str(ROOT / "work"),
         "environment": env,
@@ -270,6 +280,8 @@ def _volumes(stage: StageRun) -> list[str]:
     """host:container:mode binds (a list: two names may share one host file)."""
     binds = [f"{stage.rules_dir}:{ROOT / 'rules'}:ro",
              f"{stage.scratch / 'action.json'}:{ROOT / 'action.json'}:ro",
+             f"{Path(lifeline.__file__).resolve()}:{ROOT / 'lifeline.py'}:ro",
+             f"{stage.scratch / LIFELINE}:{ROOT / LIFELINE}:ro",
              f"{stage.out}:{ROOT / 'out'}:rw"]
     binds += [f"{path}:{ROOT / 'inputs' / name}:ro" for name, path in stage.inputs.items()]
     binds += [f"{path}:{ROOT / 'files' / name / path.name}:ro"
