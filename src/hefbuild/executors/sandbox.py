@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -189,6 +190,8 @@ def sandboxed(bwrap: str, stage: StageRun, argv: list[str], env: dict[str, str],
         cmd.append("--unshare-net")
     for d in SYSTEM_DIRS:
         cmd += ["--ro-bind-try", d, d]
+    if os.geteuid() == 0:
+        cmd += list(covered_secrets())
     cmd += PRIVATE_MOUNTS
     for path in interpreter_paths(argv[0]):
         cmd += ["--ro-bind-try", path, path]
@@ -206,6 +209,35 @@ def sandboxed(bwrap: str, stage: StageRun, argv: list[str], env: dict[str, str],
     for name, value in sorted(env.items()):
         cmd += ["--setenv", name, value]
     return [*cmd, "--chdir", str(stage.work), "--", *argv]
+
+
+@cache
+def covered_secrets(top: str = "/etc") -> tuple[str, ...]:
+    """bwrap arguments that hide what only its owner or group may read under `top` (the
+    ssh host keys, /etc/shadow, a daemon's key). Run by root, the rule's uid is root's
+    outside, and those would be readable: each is covered by an empty file (/dev/null) or
+    an empty read-only folder. Looked for once per process, when a first stage builds."""
+    args: list[str] = []
+    for folder, dirs, files in os.walk(top):
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if _private(path, stat.S_IROTH):
+                args += ["--ro-bind", "/dev/null", path]
+        for name in sorted(dirs):
+            path = os.path.join(folder, name)
+            if _private(path, stat.S_IROTH | stat.S_IXOTH):
+                args += ["--tmpfs", path, "--remount-ro", path]
+                dirs.remove(name)  # nothing below it is reachable anyway
+    return tuple(args)
+
+
+def _private(path: str, bits: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    kind = stat.S_IFMT(st.st_mode)
+    return kind in (stat.S_IFREG, stat.S_IFDIR) and st.st_mode & bits != bits
 
 
 @cache
