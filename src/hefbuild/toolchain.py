@@ -200,6 +200,12 @@ def _site_dirs(python: str) -> list[str]:
     return json.loads(_run(python, [_SITE_DIRS]))
 
 
+def probe(python: str, packages: list[str]) -> dict[str, Any]:
+    """An interpreter's identity fields (python, implementation, platform, packages) as a
+    host toolchain's key has them; a cluster node checks its own interpreter with it."""
+    return _probe(python, packages)
+
+
 def _probe(python: str, packages: list[str]) -> dict[str, Any]:
     # A subprocess even for the current interpreter: its answer is cached, and importing
     # package metadata here would slow every doit invocation.
