@@ -100,3 +100,17 @@ def test_a_loopback_cache_is_warned_about_for_a_node_on_another_host(url: str) -
 def test_no_warning_when_the_node_reaches_the_same_cache(driver: str, node: str,
                                                           url: str) -> None:
     assert loopback_cache(driver, "n", node, url) is None
+
+
+def test_a_node_probes_its_interpreter_once_while_nothing_is_installed(monkeypatch) -> None:  # noqa: ANN001
+    from hefbuild import toolchain
+
+    calls: list[str] = []
+    monkeypatch.setattr(toolchain, "_probe", lambda python, names: calls.append(python) or
+                        {"python": "3.11.9", "packages": {}})
+    monkeypatch.setattr(toolchain, "_PROBED", {})
+    stamps = iter(["s1", "s1", "s2"])
+    monkeypatch.setattr(toolchain, "_stamp", lambda python, names: next(stamps))
+    for _ in range(3):
+        toolchain.probe("/usr/bin/python3", ["torch"])
+    assert calls == ["/usr/bin/python3", "/usr/bin/python3"]  # again once the stamp moved
