@@ -92,7 +92,7 @@ def run_remote_stage(stage: RemoteStage) -> Iterator[dict[str, Any]]:
     root = default_store_root()
     store = Store(root, StatCache(root / STORE_FORMAT / "digests.sqlite3"))
     blobs = BlobStore(worker_cache(stage.cache, stage.cache_timeout_s))
-    lock = StoreLock(root / STORE_FORMAT)  # held while objects are written: a gc waits
+    lock = StoreLock(root / STORE_FORMAT)  # no gc between an object written and linked
     with store.scratch() as scratch:
         with lock.shared():
             run = _lay_out(stage, scratch, store, blobs)
