@@ -142,6 +142,8 @@ def test_each_stage_runs_on_a_node_with_its_resources(cluster: dict, tmp_path: P
     assert "ran on " in summary and "device-node (check:m1)" in summary
     # the node's log reached build/ on the driver, and nothing came through a local run
     assert "running on node gpu-node" in (project.root / "build/m1/train/log.txt").read_text()
+    # Every node is on this host (loopback only): a loopback cache is right, no warning.
+    assert "is on loopback" not in run.stdout + run.stderr
 
     # Only descriptions travelled through Ray: every blob went through the cache, each
     # put at most once (the driver and the nodes ask first), and no entry was published.
