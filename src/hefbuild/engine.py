@@ -492,6 +492,7 @@ class Engine:
             watch=self._watch(action, key),
             image=key.description["toolchain"].get("image_id"),
             digests=self._read_digests(action, key),
+            toolchain=action.toolchain, identity=key.description["toolchain"],
         )
 
     def _read_digests(self, action: Action, key: ActionKey) -> dict[Path, str]:
@@ -567,7 +568,7 @@ class Engine:
             if self._cluster is None:
                 self._cluster = RayCluster(self.project.settings.executor.address)
             self._executors[f"ray-{kind}"] = RayExecutor(
-                self._cluster, kind, local, self.project.settings.cache, self.store)
+                self._cluster, kind, local, self.project.settings, self.store, self.warn)
         return self._executors[f"ray-{kind}"]
 
     def _local_executor(self, kind: str) -> Executor:

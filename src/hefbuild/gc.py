@@ -13,6 +13,11 @@ link (some build/ links it, registered or not).
 
 `collect` holds the store lock exclusively from the inventory to the last deletion, so a
 build never sees its fresh objects deleted before its record and links are in place.
+
+A cluster node's store (`collect_node`) holds mostly objects no record names: the inputs it
+fetched and the outputs it uploaded, kept to spare the next stage a download. There each
+such object counts as a record of its own, last used when it was last linked (its ctime:
+every fetch and every store links it), so the same limits and the same LRU order apply.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import SpecError, StoreError
@@ -244,6 +249,35 @@ def collect(v1_root: Path, policy: GcPolicy, dry_run: bool = False,
             _delete(v1_root, plan)
             _clean_tmp(v1_root / "tmp", policy.now - TMP_MAX_AGE_S)
     return plan
+
+
+LOOSE = "object:"  # the key of a loose object planned as a record of its own (never a file)
+
+
+def loose_records(records: list[RecordInfo], sizes: dict[str, int],
+                  last_linked: dict[str, float]) -> list[RecordInfo]:
+    """Every object no record names, as a record of one object last used when last linked."""
+    named = set().union(*(r.objects for r in records))
+    return [RecordInfo(LOOSE + d, size, last_linked.get(d, 0.0), frozenset([d]), "object")
+            for d, size in sorted(sizes.items()) if d not in named]
+
+
+def collect_node(v1_root: Path, policy: GcPolicy) -> GcPlan | None:
+    """A cluster node's store within `policy` after a stage (see the module docstring);
+    None when another stage is writing to it (never waits: the next stage collects)."""
+    with StoreLock(v1_root).exclusive_if_free() as held:
+        if not held:
+            return None
+        records, sizes = inventory(v1_root)
+        linked = {digest: st.st_ctime for digest, st in _objects(v1_root)}
+        pinned_records, pinned_objects = pins(v1_root)
+        pinned_records |= {LOOSE + d for d in pinned_objects}
+        plan = plan_gc(records + loose_records(records, sizes, linked), sizes, pinned_records,
+                       pinned_objects, policy)
+        real = [k for k in plan.drop_records if not k.startswith(LOOSE)]
+        _delete(v1_root, replace(plan, drop_records=real))
+        _clean_tmp(v1_root / "tmp", policy.now - TMP_MAX_AGE_S)
+        return plan
 
 
 def _delete(v1_root: Path, plan: GcPlan) -> None:

@@ -18,14 +18,19 @@ messages show.
 
     [executor]
     kind = "ray"                                     # stages on a Ray cluster (default: local)
-    address = "ray://head.example.org:10001"         # or "auto"; HEFBUILD_RAY_ADDRESS wins
+    address = "head.example.org:6379"                # or "auto"; HEFBUILD_RAY_ADDRESS wins
+
+    [gc]                                             # the store's bounds: `doit gc` with no
+    max_size = "50G"                                 # option, and every cluster node's own
+    max_age = "30d"                                  # store after each stage it ran
 
 Environment (CI runners): HEFBUILD_SANDBOX, HEFBUILD_REMOTE_CACHE, HEFBUILD_REMOTE_UPLOAD,
 HEFBUILD_REMOTE_TIMEOUT, HEFBUILD_REMOTE_MIN_RATE, HEFBUILD_REMOTE_WORKER,
 HEFBUILD_TRUSTED_KEYS (comma-separated), HEFBUILD_SIGNING_KEY (a key file),
 HEFBUILD_REMOTE_TOKEN (bearer), HEFBUILD_REMOTE_USER + HEFBUILD_REMOTE_PASSWORD
 (basic), HEFBUILD_REMOTE_CA_BUNDLE (PEM file), HEFBUILD_RAY_ADDRESS (stages on that Ray
-cluster), HEFBUILD_EXECUTOR (`local` runs everything here whatever the file says).
+cluster), HEFBUILD_EXECUTOR (`local` runs everything here whatever the file says),
+HEFBUILD_GC_MAX_SIZE and HEFBUILD_GC_MAX_AGE (the [gc] bounds).
 """
 
 from __future__ import annotations
@@ -92,26 +97,39 @@ class ExecutorSettings:
 
 
 @dataclass(frozen=True)
+class GcSettings:
+    """The store's bounds (None: unbounded); a cluster node applies them to its own store."""
+
+    max_bytes: int | None = None
+    max_age_s: float | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_bytes is not None or self.max_age_s is not None
+
+
+@dataclass(frozen=True)
 class Settings:
     cache: CacheSettings = field(default_factory=CacheSettings)
     sandbox: bool = True  # host stages in bubblewrap; false only by the project's choice
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    gc: GcSettings = field(default_factory=GcSettings)
 
 
 def load_settings(root: Path, env: dict[str, str] | None = None) -> Settings:
     env = dict(os.environ) if env is None else env
     path = root / SETTINGS_FILE
     doc = _read(path) if path.is_file() else {}
-    unknown = set(doc) - {"cache", "sandbox", "executor"}
+    unknown = set(doc) - {"cache", "sandbox", "executor", "gc"}
     if unknown:
         raise SpecError(SETTINGS_FILE, sorted(unknown)[0],
-                        "unknown key (expected: [cache], [executor], sandbox)")
+                        "unknown key (expected: [cache], [executor], [gc], sandbox)")
     table = doc.get("cache", {})
     if not isinstance(table, dict):
         raise SpecError(SETTINGS_FILE, "cache", f"a table, got {type(table).__name__}")
     return Settings(_cache(table, env, root), _sandbox(env.get("HEFBUILD_SANDBOX",
                                                               doc.get("sandbox", True))),
-                    _executor(doc.get("executor", {}), env))
+                    _executor(doc.get("executor", {}), env), _gc(doc.get("gc", {}), env))
 
 
 EXECUTOR_KINDS = ("local", "ray")
@@ -135,7 +153,45 @@ def _executor(table: Any, env: dict[str, str]) -> ExecutorSettings:
                         f"a Ray address like \"host:6379\" or \"auto\", got {address!r}")
     if env.get("HEFBUILD_RAY_ADDRESS") and "HEFBUILD_EXECUTOR" not in env:
         kind = "ray"
+    if kind == "ray":
+        _refuse_ray_client(address, env)
     return ExecutorSettings(kind, address.strip() if address else None)
+
+
+def _refuse_ray_client(address: str | None, env: dict[str, str]) -> None:
+    """Ray Client (`ray://`) cannot run the streaming task a remote stage is (its log and
+    heartbeats come back as they are made), so it is refused here, before any stage runs.
+    Unset or "auto", ray.init reads RAY_ADDRESS: that is checked too."""
+    where = "executor.address (or HEFBUILD_RAY_ADDRESS)"
+    if address is None or address.strip() == "auto":
+        address, where = env.get("RAY_ADDRESS"), "RAY_ADDRESS (executor.address unset or auto)"
+    if address and address.strip().startswith("ray://"):
+        raise SpecError(SETTINGS_FILE, where,
+                        f"a GCS address like \"head:6379\" or \"auto\", got {address.strip()!r}: "
+                        f"Ray Client (ray://) cannot stream a stage; run doit inside the "
+                        f"cluster (on the head, or as a Ray Job: ray job submit -- doit ...)")
+
+
+def _gc(table: Any, env: dict[str, str]) -> GcSettings:
+    """[gc] max_size / max_age (HEFBUILD_GC_MAX_SIZE / _MAX_AGE win), as `doit gc` reads them."""
+    if not isinstance(table, dict):
+        raise SpecError(SETTINGS_FILE, "gc", f"a table, got {type(table).__name__}")
+    unknown = set(table) - {"max_size", "max_age"}
+    if unknown:
+        raise SpecError(SETTINGS_FILE, f"gc.{sorted(unknown)[0]}",
+                        "unknown key (expected: max_size, max_age)")
+    size = env.get("HEFBUILD_GC_MAX_SIZE") or table.get("max_size")
+    age = env.get("HEFBUILD_GC_MAX_AGE") or table.get("max_age")
+    if size in (None, "") and age in (None, ""):
+        return GcSettings()
+    from .gc import parse_age, parse_size  # only when bounds are set
+
+    try:
+        return GcSettings(parse_size(str(size)) if size not in (None, "") else None,
+                          parse_age(str(age)) if age not in (None, "") else None)
+    except SpecError as exc:
+        raise SpecError(SETTINGS_FILE, "gc.max_size / gc.max_age (or HEFBUILD_GC_MAX_*)",
+                        exc.expected) from None
 
 
 def _sandbox(value: Any) -> bool:

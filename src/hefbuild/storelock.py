@@ -56,6 +56,21 @@ class StoreLock:
         finally:
             f.close()
 
+    @contextmanager
+    def exclusive_if_free(self) -> Iterator[bool]:
+        """Exclusive when no build holds the store now (True), else nothing held (False):
+        for a collection that can leave it to the next chance rather than wait."""
+        f = self._open()
+        try:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            f.close()
+
     def _lock_exclusive(self, f: IO[str], wait: bool,
                         on_wait: Callable[[str], None] | None) -> None:
         try:

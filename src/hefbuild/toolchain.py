@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,8 @@ class ToolchainResolver:
         other kinds are pinned by their declarations."""
         if spec.kind == "venv":
             return self._venv_stamp(spec)
-        return _stamp(interpreter_path(spec), spec) if spec.kind == "host" else spec.kind
+        return _stamp(interpreter_path(spec), spec.packages) if spec.kind == "host" \
+            else spec.kind
 
     def _venv_stamp(self, spec: ToolchainSpec) -> str:
         """The lock file's and the base interpreter's stat: a changed lock is a new identity."""
@@ -181,10 +182,10 @@ def read_image_lock(toolchain_dir: Path, spec: ToolchainSpec) -> dict[str, Any] 
     return lock
 
 
-def _stamp(python: str, spec: ToolchainSpec) -> str:
+def _stamp(python: str, packages: Iterable[str]) -> str:
     # The same interpreter is reached as .venv/bin/python and .venv/bin/python3: one stamp.
     real = os.path.realpath(python)
-    parts = [real, ",".join(sorted(spec.packages))]
+    parts = [real, ",".join(sorted(packages))]
     for d in [real, *_site_dirs(python)]:
         try:
             st = os.stat(d)
@@ -198,6 +199,20 @@ def _site_dirs(python: str) -> list[str]:
     if python == sys.executable:
         return sorted({p for p in sys.path if p.endswith("-packages")})
     return json.loads(_run(python, [_SITE_DIRS]))
+
+
+_PROBED: dict[tuple[str, ...], tuple[str, dict[str, Any]]] = {}
+
+
+def probe(python: str, packages: list[str]) -> dict[str, Any]:
+    """An interpreter's identity fields (python, implementation, platform, packages) as a
+    host toolchain's key has them; a cluster node checks its own interpreter with it. Kept
+    per process against the same stamp as the driver's cache (a Ray worker runs stage after
+    stage; an install moves the stamp), so a node probes once, not once per stage."""
+    stamp, key = _stamp(python, packages), (python, *packages)
+    if key not in _PROBED or _PROBED[key][0] != stamp:
+        _PROBED[key] = (stamp, _probe(python, packages))
+    return _PROBED[key][1]
 
 
 def _probe(python: str, packages: list[str]) -> dict[str, Any]:

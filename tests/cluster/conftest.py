@@ -17,6 +17,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from fakes.cache_server import NginxCache
@@ -30,6 +31,19 @@ NODES = [
     {"num_cpus": 1, "node_name": "device-node", "resources": {"hailo10h": 1}},
     {"num_cpus": 1, "num_gpus": 1, "node_name": "gpu-node", "resources": {"gpu_host": 1}},
 ]
+# A package only as installed metadata, of another version on the device node than here
+# (the test that a node refuses a key made for another toolchain pins it).
+PINNED = "npu-runtime"
+NODE_VERSION = "2.0"
+
+
+def site_with(folder: Path, package: str, version: str) -> Path:
+    """A folder that, on PYTHONPATH, makes `package` report `version` (metadata only)."""
+    info = folder / f"{package.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\n"
+                                   f"Version: {version}\n")
+    return folder
 
 
 def _require(ok: bool, why: str) -> None:
@@ -86,8 +100,11 @@ def cluster(netns: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     tmp = tmp_path_factory.mktemp("ray")
     env = {**os.environ, "HEFBUILD_STORE": str(tmp / "node-store"),
            "RAY_BACKEND_LOG_LEVEL": "error", "RAY_USAGE_STATS_ENABLED": "0"}
+    site = site_with(tmp / "device-site", PINNED, NODE_VERSION)
+    nodes = [dict(n, env_vars={"PYTHONPATH": str(site)}) if n["node_name"] == "device-node"
+             else n for n in NODES]
     with inside(netns):
-        proc, address = start(NODES, tmp / "cluster.err", env)
+        proc, address = start(nodes, tmp / "cluster.err", env)
         cache = NginxCache(root=tmp / "nginx").start()
         try:
             yield {"address": address, "cache": cache, "pid": proc.pid,

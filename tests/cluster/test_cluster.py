@@ -3,8 +3,10 @@ what it declares, inputs and outputs through the remote cache, results like a lo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,6 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 from e2e.conftest import REPO, Project, copy_project
+
+import hefbuild
+
+from .conftest import NODE_VERSION, PINNED, site_with
 
 pytestmark = pytest.mark.e2e
 
@@ -136,6 +142,8 @@ def test_each_stage_runs_on_a_node_with_its_resources(cluster: dict, tmp_path: P
     assert "ran on " in summary and "device-node (check:m1)" in summary
     # the node's log reached build/ on the driver, and nothing came through a local run
     assert "running on node gpu-node" in (project.root / "build/m1/train/log.txt").read_text()
+    # Every node is on this host (loopback only): a loopback cache is right, no warning.
+    assert "is on loopback" not in run.stdout + run.stderr
 
     # Only descriptions travelled through Ray: every blob went through the cache, each
     # put at most once (the driver and the nodes ask first), and no entry was published.
@@ -236,7 +244,8 @@ def test_heartbeats_of_a_remote_stage_reach_the_driver(cluster: dict, tmp_path: 
     assert run.returncode == 0, run.stdout + run.stderr
     lines = (project.root / "build/events.jsonl").read_text().splitlines()
     beats = [json.loads(x) for x in lines if '"heartbeat"' in x and "train:m5" in x]
-    assert beats and all(b["heartbeat"].get("node") == "gpu-node" for b in beats), lines
+    running = [b for b in beats if "waiting_for" not in b["heartbeat"]]  # not before it starts
+    assert running and all(b["heartbeat"].get("node") == "gpu-node" for b in running), lines
     assert "[hefbuild] train:m5: " in run.stdout + run.stderr  # shown on the terminal too
 
 
@@ -263,3 +272,70 @@ def test_a_rule_that_fails_on_a_node_fails_here_with_its_own_line(
     failed_log = (project.root / "build/m7/train.failed.log").read_text()
     assert "running on node gpu-node" in failed_log and "the word was fail" in failed_log
     assert not (project.root / "build/m7/train/manifest.json").exists()
+
+
+def test_a_node_with_another_toolchain_refuses_the_stage_and_stores_nothing(
+        cluster: dict, tmp_path: Path) -> None:
+    # The driver has npu-runtime 1.0 (the key says so); the device node's interpreter
+    # reports 2.0 (conftest): the node must refuse rather than store under this key.
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster,
+                              {"m8": MODEL.format(word="pin") + 'toolchain = "pinned"\n'})
+    (project.root / "toolchain/pinned.toml").write_text(
+        f'[toolchain]\nkind = "host"\n\n[packages]\n"{PINNED}" = "1.0"\n\n'
+        f'[resources]\nhailo10h = 1\n')
+    site = site_with(tmp_path / "driver-site", PINNED, "1.0")
+    before = _objects(cluster["node_store"])
+    run = project.doit("prep:m8", env={"PYTHONPATH": str(site)})
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and run.outcomes() == {"prep:m8": "failed"}, out
+    assert (f"prep:m8: node device-node has {PINNED} {NODE_VERSION}, the key was made for 1.0 "
+            f"(toolchain pinned): nothing stored") in out
+    assert "Traceback" not in out
+    assert not (project.root / "build/m8/prep/manifest.json").exists()
+    assert _objects(cluster["node_store"]) == before  # the node fetched nothing either
+
+
+def test_a_node_that_runs_another_hefbuild_refuses_naming_itself(
+        cluster: dict, tmp_path: Path) -> None:
+    # The driver runs an edited copy of hefbuild (same version string, other source).
+    edited = tmp_path / "edited" / "hefbuild"
+    shutil.copytree(Path(hefbuild.__file__).parent, edited,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(edited / "__init__.py", "a") as init:
+        init.write("# an edited checkout\n")
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster,
+                              {"m9": MODEL.format(word="version")})
+    run = project.doit("prep:m9", env={"PYTHONPATH": str(edited.parent)})
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and run.outcomes() == {"prep:m9": "failed"}, out
+    found = re.search(r"prep:m9: node (\S+) runs hefbuild (\S+) \(source sha256:\w{12}…\), "
+                      r"the driver (\S+) \(source sha256:\w{12}…\): install the driver's "
+                      r"hefbuild on that node: nothing stored", out)
+    assert found is not None, out
+    assert found.group(1) in {"cpu-node", "device-node", "gpu-node"}
+    assert found.group(2) == found.group(3) == hefbuild.__version__
+    assert not (project.root / "build/m9/prep/manifest.json").exists()
+
+
+def test_a_node_store_over_its_gc_limit_is_brought_under_it(
+        cluster: dict, tmp_path: Path) -> None:
+    objects = cluster["node_store"] / "v1" / "objects"
+    junk = os.urandom(2 << 20)
+    digest = hashlib.sha256(junk).hexdigest()
+    stale = objects / digest[:2] / digest[2:]
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(junk)  # what earlier stages left: the node store is over 1 MiB now
+    project = cluster_project(tmp_path / "p", tmp_path / "store", cluster,
+                              {"g1": MODEL.format(word="bounded")})
+    with open(project.root / "hefbuild.toml", "a") as settings:
+        settings.write('\n[gc]\nmax_size = "1M"\n')
+    run = project.doit("prep:g1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert not stale.exists()
+    assert sum(size for size in _objects(cluster["node_store"]).values()) <= 1 << 20
+    assert (project.root / "build/g1/prep/data.txt").read_text() == "bounded\n"
+
+
+def _objects(store: Path) -> dict[str, int]:
+    """The node store's objects and their sizes."""
+    return {p.name: p.stat().st_size for p in (store / "v1" / "objects").glob("*/*")}

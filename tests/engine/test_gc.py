@@ -316,6 +316,9 @@ def test_doit_store_and_doit_gc(root, cas, three):
         bad = doit(root, cas.root.parent, *args)
         assert bad.returncode == 3 and bad.stderr.startswith(error), bad.stderr
         assert len(bad.stderr.splitlines()) == 1
+    (root / "hefbuild.toml").write_text('[gc]\nmax_size = "0"\n')  # the bound nodes keep too
+    dry = doit(root, cas.root.parent, "gc", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.startswith("gc: would remove 3 results"), dry
     done = doit(root, cas.root.parent, "gc", "--max-size", "0")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (f"gc: removed 3 results and 6 objects, {size} freed; kept 0 B "

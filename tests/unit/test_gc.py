@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import time
+from pathlib import Path
+
 import pytest
 
 from hefbuild.errors import HefbuildError, SpecError
-from hefbuild.gc import GcPolicy, RecordInfo, parse_age, parse_size, plan_gc
+from hefbuild.gc import (
+    GcPolicy,
+    RecordInfo,
+    collect_node,
+    loose_records,
+    parse_age,
+    parse_size,
+    plan_gc,
+)
+from hefbuild.storelock import StoreLock
 
 DAY = 86400.0
 NOW = 100 * DAY
@@ -140,3 +154,58 @@ def test_parse_age(text, expected):
 def test_parse_age_rejects_with_one_line_naming_the_option(text):
     with pytest.raises(SpecError, match=r"^--max-age: an age such as 30d, 12h"):
         parse_age(text, "--max-age")
+
+
+# -- a cluster node's store: loose objects, least recently linked first ------------------
+
+def obj(v1: Path, body: bytes) -> Path:
+    digest = hashlib.sha256(body).hexdigest()
+    path = v1 / "objects" / digest[:2] / digest[2:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(body)
+    return path
+
+
+def test_loose_objects_are_planned_as_records_of_their_own() -> None:
+    named = [rec("r", 1, "a", "log")]
+    loose = loose_records(named, SIZES | {"x": 7}, {"x": NOW - DAY})
+    assert loose == [RecordInfo("object:b", 20, 0.0, frozenset({"b"}), "object"),
+                     RecordInfo("object:c", 30, 0.0, frozenset({"c"}), "object"),
+                     RecordInfo("object:x", 7, NOW - DAY, frozenset({"x"}), "object")]
+
+
+def test_a_node_store_under_its_bounds_keeps_what_it_fetched(tmp_path: Path) -> None:
+    v1 = tmp_path / "v1"
+    kept = [obj(v1, b"input %d" % i) for i in range(3)]
+    plan = collect_node(v1, GcPolicy(1 << 20, None, time.time()))
+    assert plan is not None and plan.drop_objects == []
+    assert all(p.exists() for p in kept)  # `doit gc` drops such orphans; a node keeps them
+
+
+def test_over_its_bound_a_node_drops_the_least_recently_linked_first() -> None:
+    sizes = {"a": 600, "b": 600, "c": 600}
+    linked = {"a": NOW - 3 * DAY, "b": NOW - 1 * DAY, "c": NOW - 2 * DAY}
+    got = plan(loose_records([], sizes, linked), sizes, policy(max_bytes=1300))
+    assert got.drop_objects == ["a"] and got.kept_bytes == 1200
+    got = plan(loose_records([], sizes, linked), sizes, policy(max_age_days=1.5))
+    assert got.drop_objects == ["a", "c"]
+
+
+def test_a_node_store_over_its_bound_is_brought_under_it_on_disk(tmp_path: Path) -> None:
+    v1 = tmp_path / "v1"
+    fetched = [obj(v1, b"%d" % i * 600) for i in range(2)]
+    in_use = obj(v1, b"u" * 600)
+    os.link(in_use, tmp_path / "linked-into-a-running-stage")  # pinned by its second link
+    plan = collect_node(v1, GcPolicy(700, None, time.time()))
+    assert plan is not None and plan.kept_bytes == 600
+    assert in_use.exists() and not any(p.exists() for p in fetched)
+
+
+def test_a_node_store_in_use_is_left_to_the_next_stage(tmp_path: Path) -> None:
+    v1 = tmp_path / "v1"
+    junk = obj(v1, b"j" * 100)
+    with StoreLock(v1).shared():
+        assert collect_node(v1, GcPolicy(0, None, time.time())) is None
+    assert junk.exists()
+    assert collect_node(v1, GcPolicy(0, None, time.time())) is not None
+    assert not junk.exists()

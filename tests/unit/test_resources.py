@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from hefbuild.errors import SpecError
-from hefbuild.executors.ray import ray_options, unplaceable, wanted
+from hefbuild.errors import SpecError, StageError
+from hefbuild.executors.base import StageRun
+from hefbuild.executors.ray import RayExecutor, lacking, ray_options, unplaceable, wanted
 from hefbuild.resources import merged, parse_resources, shown
-from hefbuild.settings import load_settings
+from hefbuild.settings import CacheSettings, Settings, load_settings
 from hefbuild.summary import nodes_of, summary_line
 
 
@@ -107,3 +108,66 @@ def test_a_stages_declared_code_is_part_of_its_rule(tmp_path) -> None:  # noqa: 
     assert rule_code_files(rules, "t/run.py", ("t/ship.py",)) == sorted(
         [rules / "t/run.py", rules / "t/ship.py", rules / "common/util.py",
          rules / "common/__init__.py"])
+
+
+# -- an autoscaler's declared node types; the loopback warning ----------------------------
+
+class FakeCluster:
+    """What the executor asks of a cluster: its live nodes and declared node types."""
+
+    address = "head:6379"
+    driver_address = "10.0.0.5"
+
+    def __init__(self, live: list[dict], declared: list[dict[str, float]]) -> None:
+        self.live, self.types, self.warned = live, declared, set()
+
+    def nodes(self) -> list[dict]:
+        return self.live
+
+    def declared(self) -> list[dict[str, float]]:
+        return self.types
+
+
+def executor(cluster: FakeCluster, warned: list[str] | None = None) -> RayExecutor:
+    settings = Settings(cache=CacheSettings(remote="http://127.0.0.1:8080/cache"))
+    return RayExecutor(cluster, "host", None, settings, None,  # type: ignore[arg-type]
+                       warned.append if warned is not None else None)
+
+
+STAGE = StageRun(task="verify:m", interpreter="python3", rules_dir=None, rule="r.py",  # type: ignore[arg-type]
+                 action={}, inputs={}, files={}, scratch=None, env={})  # type: ignore[arg-type]
+DEVICE_TYPE = {"CPU": 4.0, "hailo10h": 1.0}
+LIVE = NODES[:2]  # the device host is not up (an autoscaler starts it)
+
+
+def test_a_resource_only_a_declared_node_type_offers_is_waited_for() -> None:
+    ray_executor = executor(FakeCluster(LIVE, [DEVICE_TYPE]))
+    need = {"CPU": 1.0, "hailo10h": 1.0}
+    assert ray_executor._placeable(STAGE, need) == {"hailo10h": 1.0}
+    assert shown(lacking(need, LIVE)) == "hailo10h=1"
+
+
+def test_a_live_node_that_offers_it_needs_no_wait() -> None:
+    assert executor(FakeCluster(LIVE, [DEVICE_TYPE]))._placeable(STAGE, {"GPU": 1.0}) is None
+
+
+def test_without_declared_types_or_with_none_that_fits_it_is_refused_at_once() -> None:
+    with pytest.raises(StageError, match=r"no node offers hailo10h=1 \(the 2 nodes offer"):
+        executor(FakeCluster(LIVE, []))._placeable(STAGE, {"hailo10h": 1.0})
+    with pytest.raises(StageError) as err:
+        executor(FakeCluster(LIVE, [DEVICE_TYPE]))._placeable(STAGE, {"tpu": 2.0})
+    assert str(err.value).endswith("no node offers tpu=2 (the 2 nodes offer: CPU, GPU, "
+                                   "gpu_host); nor does any node type the autoscaler "
+                                   "may start (they offer: CPU, hailo10h) in the Ray cluster "
+                                   "at head:6379")
+
+
+def test_a_node_off_this_host_with_a_loopback_cache_is_warned_about_once_per_run() -> None:
+    warned: list[str] = []
+    ray_executor = executor(FakeCluster(LIVE, []), warned)
+    for _ in range(2):
+        ray_executor._on_node({"name": "gpu-1", "address": "10.0.0.7"})
+    ray_executor._on_node({"name": "cpu-1", "address": "10.0.0.5"})  # this host
+    assert warned == ["the remote cache http://127.0.0.1:8080/cache is on loopback, and node "
+                      "gpu-1 (10.0.0.7) is not on this host (10.0.0.5): there 127.0.0.1 is "
+                      "the node itself; set [cache] remote to an address every node reaches"]

@@ -611,3 +611,49 @@ def test_env_min_rate_and_worker_win_over_the_file(root, no_netrc):
 def test_a_bad_worker_name_is_one_line(root, no_netrc, value):
     write(root, cache_file(worker=value))
     assert "printable ASCII" in spec_error(root, no_netrc, "cache.worker")
+
+
+# -- [executor]: Ray Client addresses, refused at load -----------------------------------
+
+@pytest.mark.parametrize("env,file,key", [
+    ({"HEFBUILD_RAY_ADDRESS": "ray://head:10001"}, "", "executor.address"),
+    ({}, '[executor]\nkind = "ray"\naddress = "ray://head-svc:10001"\n', "executor.address"),
+    ({"HEFBUILD_EXECUTOR": "ray", "RAY_ADDRESS": "ray://head:10001"}, "", "RAY_ADDRESS"),
+    ({"RAY_ADDRESS": " ray://head:10001"}, '[executor]\nkind = "ray"\naddress = "auto"\n',
+     "RAY_ADDRESS"),
+])
+def test_a_ray_client_address_is_refused_naming_what_works(root: Path, no_netrc: dict,
+                                                           env: dict, file: str,
+                                                           key: str) -> None:
+    if file:
+        write(root, file)
+    message = spec_error(root, no_netrc, key, **env)
+    assert "ray://head" in message
+    assert "run doit inside the cluster" in message and "ray job submit -- doit" in message
+
+
+def test_gcs_addresses_and_ray_addresses_with_the_executor_off_still_load(
+        root: Path, no_netrc: dict) -> None:
+    on = load(root, no_netrc, HEFBUILD_RAY_ADDRESS="head:6379", RAY_ADDRESS="ray://x:1")
+    assert (on.executor.kind, on.executor.address) == ("ray", "head:6379")
+    assert load(root, no_netrc, RAY_ADDRESS="ray://x:1").executor.kind == "local"
+
+
+# -- [gc]: the store's bounds, for `doit gc` and every cluster node ----------------------
+
+def test_gc_bounds_from_the_file_and_the_environment(root: Path, no_netrc: dict) -> None:
+    assert not load(root, no_netrc).gc.bounded
+    write(root, '[gc]\nmax_size = "10G"\nmax_age = "30d"\n')
+    bounds = load(root, no_netrc).gc
+    assert (bounds.max_bytes, bounds.max_age_s) == (10 << 30, 30 * 86400.0)
+    over = load(root, no_netrc, HEFBUILD_GC_MAX_SIZE="500M").gc
+    assert (over.max_bytes, over.max_age_s) == (500 << 20, 30 * 86400.0)
+
+
+@pytest.mark.parametrize("file,key", [('[gc]\nmax_size = "lots"\n', "gc.max_size"),
+                                      ('[gc]\nmax_age = "soon"\n', "gc.max_age"),
+                                      ('[gc]\nmax_count = 3\n', "gc.max_count"),
+                                      ('gc = 3\n', "gc")])
+def test_a_bad_gc_bound_is_one_line(root: Path, no_netrc: dict, file: str, key: str) -> None:
+    write(root, file)
+    spec_error(root, no_netrc, key)

@@ -1,4 +1,5 @@
-"""`doit gc --max-size 10G --max-age 30d [--dry-run]`: keep the local store bounded;
+"""`doit gc --max-size 10G --max-age 30d [--dry-run]`: keep the local store bounded (an
+option not given comes from hefbuild.toml's [gc], the bounds every cluster node keeps too);
 `doit store`: where it is, how big, and which results fill it."""
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from ..gc import (
     parse_size,
     store_summary,
 )
+from ..project import Project
 from ..session import project_at
+from ..settings import GcSettings
 from ..store import STORE_FORMAT
 from ..upload_queue import pending_by_remote
 
@@ -46,9 +49,22 @@ def format_size(n: int) -> str:
     return f"{n} B" if power == 0 else f"{n / 1024**power:.1f} {units[power]}"
 
 
-def _v1_root() -> Path:
+def _project() -> Project:
     # doit has changed into the dodo.py folder by now: that is the project root.
-    return project_at(str(Path.cwd().absolute())).paths.store / STORE_FORMAT
+    return project_at(str(Path.cwd().absolute()))
+
+
+def _v1_root() -> Path:
+    return _project().paths.store / STORE_FORMAT
+
+
+def _policy(max_size: str, max_age: str, bounds: GcSettings) -> GcPolicy:
+    """The options, each over its [gc] setting."""
+    if not (max_size or max_age or bounds.bounded):
+        raise InvalidCommand("gc needs a limit: --max-size SIZE (e.g. 10G) and/or --max-age "
+                             "AGE (e.g. 30d), or [gc] max_size / max_age in hefbuild.toml")
+    return GcPolicy(parse_size(max_size) if max_size else bounds.max_bytes,
+                    parse_age(max_age) if max_age else bounds.max_age_s, time.time())
 
 
 def _say(line: str) -> None:
@@ -60,20 +76,19 @@ class Gc(DoitCmdBase):
     doc_purpose = "delete store results and objects no build/ uses, least recently used first"
     doc_usage = "[--max-size SIZE] [--max-age AGE] [--dry-run]"
     doc_description = ("Outputs linked from a build/ folder (of any project on this machine) "
-                       "are never deleted. At least one of --max-size and --max-age is needed.")
+                       "are never deleted. Each limit not given comes from [gc] in hefbuild.toml; "
+                       "at least one is needed.")
     cmd_options = (OPT_MAX_SIZE, OPT_MAX_AGE, OPT_DRY_RUN)
 
     def _execute(self, max_size: str, max_age: str, dry_run: bool,
                  pos_args: list[str] | None = None) -> int:
         if pos_args:
             raise InvalidCommand(f"gc takes no task names, got {' '.join(pos_args)}")
-        if not max_size and not max_age:
-            raise InvalidCommand("gc needs a limit: --max-size SIZE (e.g. 10G) "
-                                 "and/or --max-age AGE (e.g. 30d)")
         try:
-            policy = GcPolicy(parse_size(max_size) if max_size else None,
-                              parse_age(max_age) if max_age else None, time.time())
-            plan = collect(_v1_root(), policy, dry_run=dry_run, on_wait=_say)
+            project = _project()
+            policy = _policy(max_size, max_age, project.settings.gc)
+            plan = collect(project.paths.store / STORE_FORMAT, policy, dry_run=dry_run,
+                           on_wait=_say)
         except HefbuildError as exc:
             raise InvalidCommand(str(exc)) from exc
         self.outstream.write(gc_line(plan, dry_run) + "\n")

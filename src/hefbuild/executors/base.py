@@ -67,6 +67,9 @@ class StageRun:
     # The SHA-256 of every file the stage reads (inputs, file parameters, rule code), as the
     # key has them: a cluster moves them by digest without hashing them again.
     digests: dict[Path, str] = field(default_factory=dict)
+    # The toolchain's name and the identity the key holds: a cluster node compares its own.
+    toolchain: str = ""
+    identity: dict[str, Any] = field(default_factory=dict)
 
     @property
     def out(self) -> Path:

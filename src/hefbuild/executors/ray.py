@@ -8,12 +8,18 @@ stores them exactly as after a local run. A lost worker, a failed task or Ctrl-C
 result (the engine stores only what a finished run returned).
 
 Stages that read the network or a folder of this machine (a source stage) run here.
+
+A stage no live node can run is refused at once, unless the autoscaler declares a node type
+that offers it (the GCS cluster config, `node_group_configs`): then it is submitted, the
+autoscaler starts such a node for the pending task, and the driver says what it waits for.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +27,10 @@ from ..errors import StageError
 from ..remote.cas import BadBlob, BlobStore, MissingBlob
 from ..remote.transport import RemoteError
 from ..resources import shown
-from ..settings import CacheSettings
+from ..settings import Settings
 from ..store import Store
 from .base import ExecResult, Executor, StageRun
+from .node_checks import hefbuild_identity, loopback_cache
 from .ray_worker import RemoteStage, run_remote_stage
 
 _CONNECT_LOCK = threading.Lock()
@@ -37,6 +44,8 @@ class RayCluster:
     def __init__(self, address: str | None) -> None:
         self.address = address or "auto"
         self._task: Any = None
+        self.driver_address = ""  # this host as the cluster sees it
+        self.warned: set[str] = set()  # nodes already warned about, once per run
 
     def connect(self) -> Any:
         # Ray's C++ core logs warnings (e.g. no route to the internet) to our stderr.
@@ -55,11 +64,25 @@ class RayCluster:
                                      ) from exc
             if self._task is None:
                 self._task = ray.remote(run_remote_stage)
+                self.driver_address = ray.util.get_node_ip_address()
         return ray
 
     def nodes(self) -> list[dict[str, Any]]:
         ray = self.connect()
         return [n for n in ray.nodes() if n.get("Alive")]
+
+    def declared(self) -> list[dict[str, float]]:
+        """What each node type the autoscaler may still start offers, as the GCS cluster
+        config has it (an autoscaler that reports its node types writes it); [] without."""
+        self.connect()
+        from ray._private.state import state  # the accessor Ray Data reads it with
+
+        try:
+            config = state.get_cluster_config()
+        except Exception:  # noqa: BLE001 - an older GCS without it: no declared types
+            return []
+        groups = config.node_group_configs if config is not None else []
+        return [dict(g.resources) for g in groups if g.max_count != 0]
 
     def submit(self, stage: RemoteStage, options: dict[str, Any]) -> Any:
         self.connect()
@@ -91,6 +114,19 @@ def wanted(options: dict[str, Any]) -> dict[str, float]:
     return need
 
 
+def lacking(need: dict[str, float], nodes: list[dict[str, Any]]) -> dict[str, float]:
+    """What a waiting stage waits for: the resources no node offers (all it needs when
+    each is offered somewhere but no single node offers them together)."""
+    offers = [n.get("Resources", {}) for n in nodes]
+    missing = {k: v for k, v in need.items() if not any(o.get(k, 0) >= v for o in offers)}
+    return missing or dict(need)
+
+
+def as_nodes(declared: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """Declared node types in the shape of `ray.nodes()` entries."""
+    return [{"Resources": offer} for offer in declared]
+
+
 def unplaceable(need: dict[str, float], nodes: list[dict[str, Any]]) -> str | None:
     """Why no node can run a stage that needs `need`, or None when one can."""
     offers = [n.get("Resources", {}) for n in nodes]
@@ -108,10 +144,11 @@ def unplaceable(need: dict[str, float], nodes: list[dict[str, Any]]) -> str | No
 class RayExecutor:
     """The cluster's executor for one toolchain kind; `local` runs what must stay here."""
 
-    def __init__(self, cluster: RayCluster, kind: str, local: Executor,
-                 cache: CacheSettings, store: Store) -> None:
+    def __init__(self, cluster: RayCluster, kind: str, local: Executor, settings: Settings,
+                 store: Store, warn: Callable[[str], None] | None = None) -> None:
         self.cluster, self.kind, self.local = cluster, kind, local
-        self.cache, self.store = cache, store
+        self.cache, self.gc, self.store = settings.cache, settings.gc, store
+        self.warn = warn or (lambda message: None)
 
     def run_stage(self, stage: StageRun) -> ExecResult:
         if stage.network or "source_dir" in stage.files:
@@ -121,18 +158,42 @@ class RayExecutor:
                              f"the remote cache; set [cache] remote in hefbuild.toml (or "
                              f"HEFBUILD_REMOTE_CACHE)")
         options = ray_options(stage.limits.resources, stage.limits.gpu)
-        why = unplaceable(wanted(options), self.cluster.nodes())
-        if why is not None:
-            raise StageError(f"{stage.task} needs {shown(wanted(options))}: {why} in the Ray "
-                             f"cluster at {self.cluster.address}")
+        waiting = self._placeable(stage, wanted(options))
         blobs = BlobStore(self.cache)
         try:
             remote = self._describe(stage, blobs)
-            return _Relay(stage, blobs, self.store).follow(self.cluster, remote, options)
+            relay = _Relay(stage, blobs, self.store, self._on_node)
+            return relay.follow(self.cluster, remote, options, waiting)
         except (RemoteError, MissingBlob, BadBlob) as exc:
             raise StageError(f"{stage.task}: remote cache {self.cache.shown}: {exc}, while "
                              f"moving the stage's files to or from the cluster; nothing was "
                              f"stored") from exc
+
+    def _placeable(self, stage: StageRun, need: dict[str, float]) -> dict[str, float] | None:
+        """None when a live node can run the stage; what it waits for when only a node type
+        the autoscaler declares can; else the stage is refused before it is submitted."""
+        live = self.cluster.nodes()
+        why = unplaceable(need, live)
+        if why is None:
+            return None
+        declared = self.cluster.declared()
+        if declared and unplaceable(need, as_nodes(declared)) is None:
+            return lacking(need, live)
+        if declared:
+            why += ("; nor does any node type the autoscaler may start (they offer: "
+                    + ", ".join(sorted({k for d in declared for k in d})) + ")")
+        raise StageError(f"{stage.task} needs {shown(need)}: {why} in the Ray cluster at "
+                         f"{self.cluster.address}")
+
+    def _on_node(self, node: dict[str, Any]) -> None:
+        """A node started a stage: once per node and run, warn when it cannot reach a
+        cache on this host's loopback."""
+        name = node.get("name", "?")
+        message = loopback_cache(self.cluster.driver_address, name, node.get("address", ""),
+                                 self.cache.shown)
+        if message is not None and name not in self.cluster.warned:
+            self.cluster.warned.add(name)
+            self.warn(message)
 
     def _describe(self, stage: StageRun, blobs: BlobStore) -> RemoteStage:
         """Every file the stage reads is put in the CAS (if missing) and named by digest."""
@@ -157,41 +218,68 @@ class RayExecutor:
             limits=stage.limits, cache=self.cache.remote or "",
             cache_timeout_s=self.cache.timeout_s, sandbox=stage.sandbox, image=stage.image,
             heartbeat_s=w.interval_s, silence_s=w.silence_s, usual_s=w.usual_s,
-            usual_builds=w.usual_builds, phases=w.phases)
+            usual_builds=w.usual_builds, phases=w.phases, toolchain=stage.toolchain,
+            identity=stage.identity, hefbuild=hefbuild_identity(),
+            gc_max_bytes=self.gc.max_bytes, gc_max_age_s=self.gc.max_age_s)
 
 
 class _Relay:
     """Follows one remote stage: its log into the driver's running log, its heartbeats to
     the driver's terminal and events, and its outputs, by digest, into out/."""
 
-    def __init__(self, stage: StageRun, blobs: BlobStore, store: Store) -> None:
-        self.stage, self.blobs, self.store = stage, blobs, store
+    def __init__(self, stage: StageRun, blobs: BlobStore, store: Store,
+                 on_node: Callable[[dict[str, Any]], None]) -> None:
+        self.stage, self.blobs, self.store, self.on_node = stage, blobs, store, on_node
         self.node: dict[str, Any] | None = None
 
-    def follow(self, cluster: RayCluster, remote: RemoteStage,
-               options: dict[str, Any]) -> ExecResult:
+    def follow(self, cluster: RayCluster, remote: RemoteStage, options: dict[str, Any],
+               waiting: dict[str, float] | None = None) -> ExecResult:
         ray = cluster.connect()
         items = cluster.submit(remote, options)
         exit_fields: dict[str, Any] = {}
         result: dict[str, Any] = {}
+        refused = None
         try:
+            self._until_started(ray, items, waiting)
             for ref in items:
                 item = ray.get(ref)
                 exit_fields = item.get("exit", exit_fields)
                 result = item.get("result", result)
+                refused = item.get("refused", refused)
                 self._relay(item)
         except BaseException as exc:
             ray.cancel(items, force=True)  # Ctrl-C here stops the rule there
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             raise StageError(self._lost(exc)) from exc
+        if refused is not None:
+            raise StageError(f"{self.stage.task}: {refused}: nothing stored")
         self._fetch(result)
         return ExecResult(**exit_fields, node=self.node)
+
+    def _until_started(self, ray: Any, items: Any, waiting: dict[str, float] | None) -> None:
+        """Until a node has taken the stage: said at once when no live node offers what it
+        needs (an autoscaler is starting one), and each heartbeat interval meanwhile."""
+        started = time.monotonic()
+        if waiting is not None:
+            self._say_waiting(waiting, 0.0)
+        while not ray.wait([items], timeout=self.stage.watch.interval_s)[0]:
+            self._say_waiting(waiting or wanted(ray_options(self.stage.limits.resources,
+                                                            self.stage.limits.gpu)),
+                              time.monotonic() - started)
+
+    def _say_waiting(self, need: dict[str, float], elapsed: float) -> None:
+        message = f"waiting for a node with {shown(need)}"
+        self._log(f"[hefbuild] {message}\n")
+        if self.stage.watch.emit is not None:
+            self.stage.watch.emit({"message": message, "waiting_for": need,
+                                   "elapsed_s": round(elapsed, 1), "node": None})
 
     def _relay(self, item: dict[str, Any]) -> None:
         if "node" in item:
             self.node = item["node"]
             self._log(f"[hefbuild] running on node {self.node['name']} of the Ray cluster\n")
+            self.on_node(self.node)
         if "log" in item:
             self._log(item["log"])
         if "beat" in item and self.stage.watch.emit is not None:

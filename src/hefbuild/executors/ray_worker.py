@@ -6,6 +6,11 @@ the node's own store (verified), runs the rule with the node's executor for the 
 (host sandbox or docker), uploads the outputs and the log, and yields, in order: where it
 runs, the log as it grows and the heartbeats, then the result record. Nothing it writes is
 trusted by the driver until the driver has fetched and verified it by digest.
+
+Before it fetches anything it checks that it runs the driver's hefbuild and the toolchain
+the key describes (executors/node_checks.py); on a difference it yields one `refused` line
+and stops, having stored nothing. After the stage, the node's store is kept within the
+project's [gc] bounds (hefbuild.gc.collect_node).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,11 @@ class RemoteStage:
     usual_s: float | None = None
     usual_builds: int = 0
     phases: PhaseTable | None = None
+    toolchain: str = ""  # the toolchain's name, for messages
+    identity: dict[str, Any] = field(default_factory=dict)  # the key's toolchain identity
+    hefbuild: dict[str, str] = field(default_factory=dict)  # the driver's (node_checks)
+    gc_max_bytes: int | None = None  # the project's [gc] bounds, for the node's store
+    gc_max_age_s: float | None = None
 
 
 def node_identity() -> dict[str, Any]:
@@ -71,15 +81,58 @@ def run_remote_stage(stage: RemoteStage) -> Iterator[dict[str, Any]]:
     from ..settings import worker_cache
     from ..statcache import StatCache
     from ..store import STORE_FORMAT, Store
+    from ..storelock import StoreLock
 
-    yield {"node": node_identity()}
+    node = node_identity()
+    yield {"node": node}
+    why = refusal(stage, node["name"])
+    if why is not None:
+        yield {"refused": why}
+        return
     root = default_store_root()
     store = Store(root, StatCache(root / STORE_FORMAT / "digests.sqlite3"))
     blobs = BlobStore(worker_cache(stage.cache, stage.cache_timeout_s))
+    lock = StoreLock(root / STORE_FORMAT)  # no gc between an object written and linked
     with store.scratch() as scratch:
-        run = _lay_out(stage, scratch, store, blobs)
+        with lock.shared():
+            run = _lay_out(stage, scratch, store, blobs)
         yield from _run_streaming(stage, run)
-        yield {"result": _upload(run, store, blobs, stage)}
+        with lock.shared():
+            result = _upload(run, store, blobs, stage)
+    said = _collect(stage, root / STORE_FORMAT)  # once the scratch no longer pins its inputs
+    if said:
+        yield {"log": said}
+    yield {"result": result}
+
+
+def refusal(stage: RemoteStage, node: str) -> str | None:
+    """Why this node must not run `stage` (another hefbuild, another toolchain), or None."""
+    from ..errors import HefbuildError
+    from ..toolchain import probe
+    from .node_checks import hefbuild_differs, hefbuild_identity, probe_wanted, toolchain_differs
+
+    why = hefbuild_differs(node, stage.hefbuild, hefbuild_identity())
+    packages = probe_wanted(stage.identity.get("kind", stage.kind), stage.identity)
+    if why is not None or packages is None:
+        return why
+    try:
+        found = probe(stage.interpreter, packages)
+    except HefbuildError as exc:
+        return f"node {node}: {exc} (toolchain {stage.toolchain})"
+    return toolchain_differs(node, stage.toolchain, stage.identity, found)
+
+
+def _collect(stage: RemoteStage, v1_root: Path) -> str:
+    """The node's store within the project's [gc] bounds; a log line when it freed any."""
+    if stage.gc_max_bytes is None and stage.gc_max_age_s is None:
+        return ""
+    from ..gc import GcPolicy, collect_node
+
+    plan = collect_node(v1_root, GcPolicy(stage.gc_max_bytes, stage.gc_max_age_s, time.time()))
+    if plan is None or not plan.drop_objects:
+        return ""
+    return (f"[hefbuild] node store: {len(plan.drop_objects)} objects removed "
+            f"({plan.freed_bytes} bytes) to stay within [gc]\n")
 
 
 def _lay_out(stage: RemoteStage, scratch: Path, store: Any, blobs: Any) -> StageRun:
