@@ -566,7 +566,8 @@ class Engine:
             from .executors.ray import RayCluster, RayExecutor  # ray only when configured
 
             if self._cluster is None:
-                self._cluster = RayCluster(self.project.settings.executor.address)
+                executor = self.project.settings.executor
+                self._cluster = RayCluster(executor.address, executor.node_types)
             self._executors[f"ray-{kind}"] = RayExecutor(
                 self._cluster, kind, local, self.project.settings, self.store, self.warn)
         return self._executors[f"ray-{kind}"]

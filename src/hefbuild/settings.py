@@ -19,6 +19,7 @@ messages show.
     [executor]
     kind = "ray"                                     # stages on a Ray cluster (default: local)
     address = "head.example.org:6379"                # or "auto"; HEFBUILD_RAY_ADDRESS wins
+    node_types = [{ CPU = 4, hailo10h = 1 }]         # what an autoscaler may start
 
     [gc]                                             # the store's bounds: `doit gc` with no
     max_size = "50G"                                 # option, and every cluster node's own
@@ -94,6 +95,9 @@ class CacheSettings:
 class ExecutorSettings:
     kind: str = "local"  # "local" or "ray"
     address: str | None = None  # the Ray cluster; None: ray's own default ("auto")
+    # What each node type an autoscaler may start offers, where it does not say so itself
+    # (a KubeRay worker group scaled to 0): a stage only such a node can run waits for it.
+    node_types: tuple[dict[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,10 +143,10 @@ def _executor(table: Any, env: dict[str, str]) -> ExecutorSettings:
     """The file's [executor]; HEFBUILD_RAY_ADDRESS alone turns the cluster on."""
     if not isinstance(table, dict):
         raise SpecError(SETTINGS_FILE, "executor", f"a table, got {type(table).__name__}")
-    unknown = set(table) - {"kind", "address"}
+    unknown = set(table) - {"kind", "address", "node_types"}
     if unknown:
         raise SpecError(SETTINGS_FILE, f"executor.{sorted(unknown)[0]}",
-                        "unknown key (expected: kind, address)")
+                        "unknown key (expected: kind, address, node_types)")
     kind = env.get("HEFBUILD_EXECUTOR") or table.get("kind", "local")
     address = env.get("HEFBUILD_RAY_ADDRESS") or table.get("address")
     if kind not in EXECUTOR_KINDS:
@@ -155,7 +159,18 @@ def _executor(table: Any, env: dict[str, str]) -> ExecutorSettings:
         kind = "ray"
     if kind == "ray":
         _refuse_ray_client(address, env)
-    return ExecutorSettings(kind, address.strip() if address else None)
+    return ExecutorSettings(kind, address.strip() if address else None,
+                            _node_types(table.get("node_types", [])))
+
+
+def _node_types(value: Any) -> tuple[dict[str, float], ...]:
+    from .resources import parse_resources  # only a project that declares node types
+
+    if not isinstance(value, list):
+        raise SpecError(SETTINGS_FILE, "executor.node_types", "a list of tables of resources "
+                        "like [{CPU = 4, hailo10h = 1}]")
+    return tuple(parse_resources(t, SETTINGS_FILE, f"executor.node_types[{i}]")
+                 for i, t in enumerate(value))
 
 
 def _refuse_ray_client(address: str | None, env: dict[str, str]) -> None:

@@ -9,8 +9,9 @@ a network namespace of its own, where only loopback exists.
 
 With node types (autoscaler `available_node_types`: resources, min_workers, max_workers),
 the head also runs Ray's autoscaler with the fake multi-node provider, which starts real
-local nodes for pending tasks, and the node types are reported to the GCS as its cluster
-config (`node_group_configs`), the record of declared node types a driver can read.
+local nodes for pending tasks. Like every autoscaler of Ray 2.60, it does not publish its
+node types where a driver could read them: the project declares them ([executor]
+node_types).
 """
 
 from __future__ import annotations
@@ -85,21 +86,6 @@ def _autoscaling(head: dict, node_types: dict) -> dict:
     return {**head, "gcs_server_port": port, "autoscaling_config": f.name}
 
 
-def _report_node_types(address: str, node_types: dict) -> None:
-    """The node types as the GCS cluster config, as an autoscaler that reports it does."""
-    import ray
-    from ray.core.generated import autoscaler_pb2
-
-    config = autoscaler_pb2.ClusterConfig()
-    for name, node_type in node_types.items():
-        group = config.node_group_configs.add()
-        group.name = name
-        group.resources.update({k: int(v) for k, v in node_type["resources"].items()})
-        group.min_count = node_type.get("min_workers", 0)
-        group.max_count = node_type["max_workers"]
-    ray._raylet.GcsClient(address=address).report_cluster_config(config.SerializeToString())
-
-
 def main() -> None:
     import psutil
     from ray.cluster_utils import Cluster
@@ -111,8 +97,6 @@ def main() -> None:
     for node in nodes[1:]:
         cluster.add_node(**node)
     cluster.wait_for_nodes()
-    if node_types:
-        _report_node_types(cluster.address, node_types)
 
     def stop(*_: object) -> None:
         # The autoscaler's nodes are its children, not the cluster's: kill them by PID.

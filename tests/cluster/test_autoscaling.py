@@ -42,10 +42,17 @@ def autoscaling(netns: int, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             stop(proc)
 
 
+def declare_node_types(project) -> None:  # noqa: ANN001
+    """What the autoscaler may start, as the project says (Ray's autoscaler does not)."""
+    settings = project.root / "hefbuild.toml"
+    settings.write_text(settings.read_text() + "node_types = [{ CPU = 1, hailo10h = 1 }]\n")
+
+
 def test_a_stage_only_a_declared_node_type_offers_waits_for_it(
         autoscaling: dict, tmp_path: Path) -> None:
     model = MODEL.format(word="scaled") + "resources = { hailo10h = 1 }\n"  # [stages.prep]
     project = cluster_project(tmp_path / "p", tmp_path / "store", autoscaling, {"a1": model})
+    declare_node_types(project)
     run = project.doit("prep:a1")
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
@@ -62,6 +69,7 @@ def test_a_stage_no_declared_node_type_offers_is_still_refused_at_once(
         autoscaling: dict, tmp_path: Path) -> None:
     model = MODEL.format(word="tpu") + "resources = { tpu = 2 }\n"
     project = cluster_project(tmp_path / "p", tmp_path / "store", autoscaling, {"a2": model})
+    declare_node_types(project)
     run = project.doit("prep:a2")
     out = run.stdout + run.stderr
     assert run.returncode != 0

@@ -13,6 +13,7 @@ import platform
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -183,6 +184,11 @@ try:
 except OSError as exc:
     tried["sysctl"] = errno.errorcode[exc.errno]
 tried["core_pattern_writable"] = os.access("/proc/sys/kernel/core_pattern", os.W_OK)
+for path in probe["secrets"]:  # what only root may read on the host
+    try:
+        tried["secret " + path] = "READ" if open(path, "rb").read() else "empty"
+    except OSError as exc:
+        tried["secret " + path] = errno.errorcode[exc.errno]
 # What an honest rule does still works.
 attempt("mknodat_fifo", "mknodat", AT_FDCWD, b"/tmp/fifo", stat.S_IFIFO | 0o600, 0)
 tried["fork"] = in_child(lambda: 0)
@@ -368,6 +374,7 @@ def test_a_hostile_rule_holds_no_capability_and_each_escape_call_fails(
     probe = hostile_project(root, store, tmp_path, 0, marker)
     probe["syscalls"] = {**table.numbers, "x32_getpid": 0x40000000 | 39}
     probe["x32"] = table.x32_bit
+    probe["secrets"] = root_only_secrets()
     (root / "rules" / "cpu_ort" / "export.py").write_text(ESCAPE_RULE)
     run_pipeline(root, store, probe, monkeypatch)
     engine = Engine(load_project(root, store=store))
@@ -384,7 +391,26 @@ def test_a_hostile_rule_holds_no_capability_and_each_escape_call_fails(
     got = {**{f"status.{k}": v for k, v in tried.pop("status").items()}, **tried,
            "wrote": sorted(v for k, v in tried.items() if k.startswith("write_"))}
     assert {k: got.get(k) for k in expected} == expected
+    # Run by root, the rule's uid is root's outside: what only root may read is covered.
+    secrets = {k: v for k, v in got.items() if k.startswith("secret ")}
+    assert len(secrets) == len(probe["secrets"])
+    assert "READ" not in secrets.values(), secrets
     assert_nothing_landed(root, store, probe)
+
+
+def root_only_secrets() -> list[str]:
+    """Files under /etc with content that others may not read (as root: /etc/shadow, ssh
+    host keys); none when not root, where the kernel already refuses them."""
+    if os.geteuid() != 0:
+        return []
+    found = []
+    for folder, _, files in os.walk("/etc"):
+        for name in files:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and not st.st_mode & stat.S_IROTH and st.st_size:
+                found.append(path)
+    return sorted(found)[:20]
 
 
 @pytest.fixture

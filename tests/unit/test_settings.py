@@ -657,3 +657,20 @@ def test_gc_bounds_from_the_file_and_the_environment(root: Path, no_netrc: dict)
 def test_a_bad_gc_bound_is_one_line(root: Path, no_netrc: dict, file: str, key: str) -> None:
     write(root, file)
     spec_error(root, no_netrc, key)
+
+
+def test_node_types_an_autoscaler_may_start_are_parsed(root, no_netrc):
+    write(root, '[executor]\nkind = "ray"\naddress = "h:6379"\n'
+                'node_types = [{ CPU = 4, hailo10h = 1 }, { GPU = 1, memory = "8GiB" }]\n')
+    assert load(root, no_netrc).executor.node_types == (
+        {"CPU": 4.0, "hailo10h": 1.0}, {"GPU": 1.0, "memory": float(8 << 30)})
+
+
+@pytest.mark.parametrize(("value", "key"), [
+    ('{ CPU = 4 }', "executor.node_types"),
+    ('[{ CPU = 0 }]', "executor.node_types[0].CPU"),
+    ('[{ "bad name" = 1 }]', "executor.node_types[0].bad name"),
+])
+def test_bad_node_types_are_one_line(root, no_netrc, value, key):
+    write(root, f'[executor]\nkind = "ray"\naddress = "h:6379"\nnode_types = {value}\n')
+    spec_error(root, no_netrc, key)

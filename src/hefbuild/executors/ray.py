@@ -41,8 +41,10 @@ CUSTOM = "resources"  # Ray's task option for custom resources
 class RayCluster:
     """The connection to one cluster (made on the first remote stage of a process)."""
 
-    def __init__(self, address: str | None) -> None:
+    def __init__(self, address: str | None,
+                 node_types: tuple[dict[str, float], ...] = ()) -> None:
         self.address = address or "auto"
+        self.node_types = node_types
         self._task: Any = None
         self.driver_address = ""  # this host as the cluster sees it
         self.warned: set[str] = set()  # nodes already warned about, once per run
@@ -72,8 +74,12 @@ class RayCluster:
         return [n for n in ray.nodes() if n.get("Alive")]
 
     def declared(self) -> list[dict[str, float]]:
-        """What each node type the autoscaler may still start offers, as the GCS cluster
-        config has it (an autoscaler that reports its node types writes it); [] without."""
+        """What each node type the autoscaler may still start offers: the project's
+        `[executor] node_types`, and the GCS cluster config where an autoscaler reports its
+        node types there (Ray 2.60's own autoscalers do not, KubeRay's included)."""
+        return [*map(dict, self.node_types), *self._reported()]
+
+    def _reported(self) -> list[dict[str, float]]:
         self.connect()
         from ray._private.state import state  # the accessor Ray Data reads it with
 
