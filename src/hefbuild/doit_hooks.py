@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,11 @@ class HefbuildReporter(ConsoleReporter):
         return type("HefbuildReporter", (cls,), {"root": root})
 
     def __init__(self, outstream: Any, options: dict[str, Any]) -> None:
+        # Into a pipe or a file (every CI log) stdout is block-buffered: a finished stage's
+        # line would come after later stages' `building` lines (stderr), or at exit.
+        for stream in (outstream, sys.stdout, sys.stderr):
+            with suppress(AttributeError, ValueError, OSError):
+                stream.reconfigure(line_buffering=True)
         super().__init__(outstream, options)
         self._lock = ProjectLock(Path(self.root) / STATE_DIR / "lock")
 

@@ -19,7 +19,7 @@ from .doit_hooks import DigestChecker, HefbuildReporter
 from .errors import HefbuildError
 from .plan import Action, artifact_task, task_name
 from .project import STATE_DIR, Project
-from .selection import models_named, unknown_task
+from .selection import left_out, models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, only_models, project_at
 from .specs import ModelSpec
 from .targets import Keep
@@ -145,6 +145,7 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
     selected = models_named(sys.argv[1:], set(project.models) | set(project.broken),
                             set(project.toolchains))
     _say_broken(project, selected)
+    selected = _without_manual(project, selected)
     typo = unknown_task(sys.argv[1:], task_names(project))
     if typo is not None:
         print(f"ERROR: {typo}", file=sys.stderr)
@@ -161,7 +162,7 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
         "check_file_uptodate": DigestChecker.bound_to(str(project.paths.root)),
         "reporter": HefbuildReporter.bound_to(str(project.paths.root)),
         "default_tasks": [task_name(m.pipeline.check, m.name) for m in project.models.values()
-                          if m.pipeline.default_checks and m.pipeline.check],
+                          if m.pipeline.default_checks and m.pipeline.check and not m.manual],
     }
 
     def task_hefbuild() -> Iterator[dict]:
@@ -194,6 +195,24 @@ def _say_broken(project: Project, selected: set[str] | None) -> None:
         raise SystemExit(3)
     for error in project.broken.values():
         print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
+
+
+def _without_manual(project: Project, selected: set[str] | None) -> set[str] | None:
+    """A run of groups or defaults leaves out the manual models (said once, with why);
+    naming one of their tasks runs it."""
+    out = left_out(sys.argv[1:], {n for n, m in project.models.items() if m.manual})
+    if not out:
+        return selected
+    names = sorted(n for n in out if not project.models[n].variant_of)
+    print(f"hefbuild: left out of this run, as their [model] manual says: {', '.join(names)} "
+          f"(name a task to build one, e.g. `doit {_example(project, names[0])}`)",
+          file=sys.stderr)
+    return (selected if selected is not None else set(project.models)) - out
+
+
+def _example(project: Project, model: str) -> str:
+    spec = project.models[model]
+    return task_name(spec.pipeline.check or spec.pipeline.stages[-1].name, model)
 
 
 def _variants_named(argv: list[str]) -> set[str]:

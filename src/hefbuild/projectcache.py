@@ -25,7 +25,8 @@ from .plan import plan_model
 from .project import Project, load_project
 from .targets import BUILTIN_TARGETS, TARGETS_DIR
 
-FORMAT = 6  # 4: a model carries its variants; 5: stages carry resources; 6: and code
+FORMAT = 7  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
+# 7: a model says why it is manual
 _LOADER_CODE = ("specs.py", "params.py", "targets.py", "declfile.py", "project.py", "plan.py",
                 "projectcache.py", "variants.py", "names.py")
 

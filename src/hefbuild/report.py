@@ -389,8 +389,8 @@ def agreement_points(model: str, rows: Iterable[dict[str, Any]]) -> tuple[Agreem
 
 
 def write_report(root: Path, chains: Mapping[str, Chain] | None = None) -> Path:
-    """Write build/report/index.html for the project at `root` (its models, unless
-    `chains` names them) and append the new checks to the history; the page's path."""
+    """Write build/report/index.html and summary.md for the project at `root` (its models,
+    unless `chains` names them) and append the new checks to the history; the page's path."""
     from .report_html import render
 
     if chains is None:
@@ -404,6 +404,9 @@ def write_report(root: Path, chains: Mapping[str, Chain] | None = None) -> Path:
     report = build_report(snap, chains, root.name, made)
     out = root / REPORT_DIR / "index.html"
     _write_atomic(out, render(report))
+    from .report_markdown import render_markdown  # a CI job's summary page shows it
+
+    _write_atomic(root / REPORT_DIR / "summary.md", render_markdown(report))
     current = [row for m in report.models for row in history_rows(m.name, m.checks, made)]
     _append_lines(root / HISTORY, merge_history(list(snap.history), current)[1])
     return out

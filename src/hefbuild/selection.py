@@ -83,6 +83,18 @@ def models_named(argv: list[str], models: set[str], toolchains: set[str]) -> set
     return named or None
 
 
+def left_out(argv: list[str], manual: set[str]) -> set[str]:
+    """The `manual` models a run leaves out: all of them, unless a task word names one
+    (`doit verify:smollm2`); none for a command that runs nothing (`list`, `status`)."""
+    words = _positionals(argv) or []
+    if words and words[0] in _COMMANDS:
+        if words[0] != "run":
+            return set()
+        words = words[1:]
+    named = {m.group(2) for w in words if (m := _TASK.match(w))}
+    return manual - named
+
+
 def unknown_task(argv: list[str], known: set[str]) -> str | None:
     """The one-line error for a task name on a `doit [run]` command line that names no task,
     with the closest names; None when every word is known (or this is another command)."""

@@ -101,6 +101,9 @@ class ModelSpec:
     # a base model carries its variants, fully resolved (the project lists them as models).
     variant_of: str = ""
     variants: tuple[ModelSpec, ...] = ()
+    # Why this model is left out of groups and default runs (`doit`, `doit verify`); its
+    # tasks run when named. Empty: an ordinary model.
+    manual: str = ""
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,7 @@ def load_model(path: Path, root: Path, toolchains: set[str],
     if problem:
         raise SpecError(shown, "", problem)
     model = _table(doc, "model", shown, "model")
-    _only_keys(model, {"target", "toolchain", "description", "chat"}, shown, "model")
+    _only_keys(model, {"target", "toolchain", "description", "chat", "manual"}, shown, "model")
     target = model.get("target")
     if target not in targets:
         raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(targets))
@@ -208,7 +211,7 @@ def load_model(path: Path, root: Path, toolchains: set[str],
         raise SpecError(shown, "model.chat", f"true or false, got {chat!r}")
     given = _table(doc, "stages", shown, "stages")
     head = ModelSpec(path.stem, shown, target, pipeline, toolchain, source, {}, {},
-                     str(model.get("description", "")))
+                     str(model.get("description", "")), manual=_manual(model, shown))
     model_tc = toolchain if "toolchain" in model else None
     base = _staged(head, given, "stages", model_tc, toolchains, root, chat)
     variants = tuple(
@@ -219,6 +222,14 @@ def load_model(path: Path, root: Path, toolchains: set[str],
     for spec in (base, *variants):
         _check_keeps(spec)
     return replace(base, variants=variants)
+
+
+def _manual(model: dict[str, Any], shown: str) -> str:
+    reason = model.get("manual", "")
+    if not isinstance(reason, str) or "\n" in reason or (reason == "" and "manual" in model):
+        raise SpecError(shown, "model.manual", "one line saying why the model is left out of "
+                        f"groups (it builds when named), got {reason!r}"[:160])
+    return reason.strip()
 
 
 def _check_keeps(model: ModelSpec) -> None:

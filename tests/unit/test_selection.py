@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hefbuild.selection import models_named
+from hefbuild.selection import left_out, models_named
 
 MODELS = {"tiny-llama", "tiny-qwen2", "smollm2"}
 TOOLCHAINS = {"host", "export"}
@@ -42,3 +42,20 @@ def test_anything_else_loads_every_model(argv):
 def test_the_environment_can_ask_for_everything(monkeypatch):
     monkeypatch.setenv("HEFBUILD_ALL_TASKS", "1")
     assert models_named(["verify:tiny-llama"], MODELS, TOOLCHAINS) is None
+
+
+MANUAL = {"smollm2", "smollm2@low"}
+
+
+@pytest.mark.parametrize("argv, out", [
+    ([], MANUAL),  # doit's default tasks
+    (["verify"], MANUAL),
+    (["run", "-n", "2", "verify", "hef"], MANUAL),
+    (["hef:smollm2"], {"smollm2@low"}),  # named: it runs (not its variant)
+    (["verify", "verify:smollm2"], {"smollm2@low"}),  # named beside a group
+    (["verify:smollm2@low"], {"smollm2"}),  # the variant named: it runs, not its base
+    (["verify:tiny-llama"], MANUAL),
+    (["list"], set()), (["status"], set()), (["explain", "verify:smollm2"], set()),
+])
+def test_a_run_of_groups_leaves_manual_models_out_unless_named(argv, out):
+    assert left_out(argv, MANUAL) == out

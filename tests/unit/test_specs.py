@@ -157,6 +157,11 @@ BAD_MODELS = [
      "models/m.toml: source.files.model.bin: a sha256 hex digest"),
     (HUB + "\n[source.synthetic]\narchitecture = \"llama\"\nseed = 1\n",
      "models/m.toml: source: either hub + revision or [source.synthetic], not both"),
+    (SYNTHETIC.replace("[model]", "[model]\nmanual = true"),
+     "models/m.toml: model.manual: one line saying why the model is left out of groups"),
+    (SYNTHETIC.replace("[model]", '[model]\nmanual = ""'), "models/m.toml: model.manual: "),
+    (SYNTHETIC.replace("[model]", '[model]\nmanual = """two\nlines"""'),
+     "models/m.toml: model.manual: "),
 ]
 
 
@@ -234,3 +239,10 @@ def test_fidelity_calibrates_on_optimize_rows_unless_told_otherwise(model, proj)
                 "\n[stages.fidelity]\ncalibration_size = 4\n")
     assert (own.stages["optimize"]["calibration_size"],
             own.stages["fidelity"]["calibration_size"]) == (8, 4)
+
+
+def test_a_manual_model_says_why_and_its_variants_are_manual_too(model):
+    text = SYNTHETIC.replace("[model]", '[model]\nmanual = "needs a lock"')
+    spec = model(text + '\n[variants.v.stages.quantize]\nsamples = 16\n')
+    assert spec.manual == "needs a lock" and spec.variants[0].manual == "needs a lock"
+    assert model(SYNTHETIC).manual == ""
