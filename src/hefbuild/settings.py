@@ -19,7 +19,7 @@ messages show.
     [executor]
     kind = "ray"                                     # stages on a Ray cluster (default: local)
     address = "head.example.org:6379"                # or "auto"; HEFBUILD_RAY_ADDRESS wins
-    node_types = [{ CPU = 4, hailo10h = 1 }]         # what an autoscaler may start
+    node_types = [{ CPU = 4, npu = 1 }]              # what an autoscaler may start
 
     [gc]                                             # the store's bounds: `doit gc` with no
     max_size = "50G"                                 # option, and every cluster node's own
@@ -168,7 +168,7 @@ def _node_types(value: Any) -> tuple[dict[str, float], ...]:
 
     if not isinstance(value, list):
         raise SpecError(SETTINGS_FILE, "executor.node_types", "a list of tables of resources "
-                        "like [{CPU = 4, hailo10h = 1}]")
+                        "like [{CPU = 4, npu = 1}]")
     return tuple(parse_resources(t, SETTINGS_FILE, f"executor.node_types[{i}]")
                  for i, t in enumerate(value))
 
