@@ -25,23 +25,38 @@ def test_0_when_everything_asked_for_is_there_and_passed(toy: Project) -> None:
     assert toy.doit("check").returncode == 0  # and up to date
 
 
-def test_1_when_a_stage_fails(toy: Project) -> None:
+def test_1_when_a_named_stage_fails(toy: Project) -> None:
     (toy.root / "rules/toy/check.py").write_text(FAILING)
-    run = toy.doit("check")
+    run = toy.doit("check:toy-model")
     assert run.returncode == 1, run.stdout + run.stderr
     assert run.outcomes() == {"make:toy-model": "built", "check:toy-model": "failed"}
 
 
-def test_1_when_a_declaration_keeps_a_stage_from_running(toy: Project) -> None:
+def test_2_when_a_stage_of_a_group_fails(toy: Project) -> None:
+    (toy.root / "rules/toy/check.py").write_text(FAILING)
+    run = toy.doit("check")  # the group `check` could not complete: doit's task error
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.outcomes() == {"make:toy-model": "built", "check:toy-model": "failed"}
+
+
+def test_1_when_a_toolchain_keeps_a_named_stage_from_running(toy: Project) -> None:
+    (toy.root / "toolchain/host.toml").write_text(
+        '[toolchain]\nkind = "host"\n\n[packages]\ndoit = "0.0.1"\n')
+    run = toy.doit("make:toy-model")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "packages.doit: version 0.0.1 required" in run.stdout
+
+
+def test_3_for_a_broken_target_file(toy: Project) -> None:
     toy.edit("targets/toy.toml", 'rule = "toy/check.py"', 'rule = "toy/missing.py"')
     run = toy.doit("make:toy-model")
-    assert run.returncode in (1, 3), run.stdout + run.stderr
-    assert "rules/toy/missing.py" in run.stdout + run.stderr
+    assert run.returncode == 3 and run.stdout == "", run.stdout + run.stderr
+    assert "targets/toy.toml: stages[1].rule: rules/toy/missing.py does not exist" in run.stderr
 
 
 def test_2_when_a_stage_cannot_run_because_its_upstream_failed(toy: Project) -> None:
     (toy.root / "rules/toy/make.py").write_text(FAILING)
-    run = toy.doit("check")
+    run = toy.doit("check:toy-model")
     assert run.returncode == 2, run.stdout + run.stderr
     assert run.outcomes() == {"make:toy-model": "failed"}
 
