@@ -35,7 +35,7 @@ class User:
         argv = ["bash", "-c", command]
         if os.geteuid() == 0:
             argv = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups",
-                    "--reset-env", "--", *argv]
+                    "--", *argv]
         return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=timeout)
 
@@ -66,12 +66,13 @@ def fresh_clone(dest: Path, user: User) -> Path:
     return dest
 
 
-def base_env(home: Path, user: User, bin_dir: Path) -> dict[str, str]:
-    """What a runner's shell has: a PATH with `python` (setup-python's), HOME, LANG, and
-    how this machine reaches its package registries (pip's own variables)."""
+def base_env(home: Path, user: User, bin_dir: Path, pip_cache: Path) -> dict[str, str]:
+    """What a runner's shell has: a PATH with `python` (setup-python's), HOME, LANG, how
+    this machine reaches its package registries (pip's own variables) and a pip cache."""
     env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
            "USER": user.name, "LANG": "C.UTF-8"}
     env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
+    env["PIP_CACHE_DIR"] = str(pip_cache)
     return env
 
 

@@ -17,6 +17,19 @@ def user() -> User:
     return normal_user()
 
 
+@pytest.fixture(scope="session")
+def pip_cache(user: User) -> Iterator[Path]:
+    """pip's downloads, shared by every install of these tests (a runner's pip cache): the
+    second install of the same pins takes seconds, not a minute."""
+    path = Path(tempfile.mkdtemp(prefix="hefbuild-ci-pip-", dir="/tmp"))
+    path.chmod(0o755)
+    user.owns(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture
 def workdir(user: User) -> Iterator[Path]:
     """Under /tmp (pytest's own folders are root's, mode 0700), owned by the user."""

@@ -29,13 +29,14 @@ def outcomes(clone: Path) -> list[str]:
     return found + ["uptodate"] * len(events[last].get("uptodate", []))
 
 
-def test_the_quick_start_works_for_a_normal_user(workdir: Path, user: User) -> None:
+def test_the_quick_start_works_for_a_normal_user(workdir: Path, user: User,
+                                                 pip_cache: Path) -> None:
     command = quick_start_command()
     assert "doit verify:tiny-llama" in command
     clone = fresh_clone(workdir / "repo", user)
     (workdir / "home").mkdir()
     user.owns(workdir)
-    env = base_env(workdir / "home", user, python_shim(workdir / "bin", user))
+    env = base_env(workdir / "home", user, python_shim(workdir / "bin", user), pip_cache)
     first = user.run(command, clone, env)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     assert "verify:tiny-llama: passed" in first.stdout

@@ -529,3 +529,16 @@ def test_outputs_the_rule_locked_are_still_stored_when_doit_is_not_root(nobody_d
     assert (ckpt / "config.json").read_text() == "{}"
     assert (ckpt / "sub" / "weights.bin").read_text() == "weights"
     assert not list((store / "v1" / "tmp").glob("scratch-*"))  # work/ went with the stage
+
+
+def test_every_folder_of_an_interpreters_symlink_chain_is_readable(tmp_path):
+    """A venv's python -> setup-python's or a shim folder's python -> the real one: exec
+    follows every hop, so each hop's folder must exist in the sandbox."""
+    from hefbuild.executors.sandbox import interpreter_paths
+
+    (tmp_path / "shim").mkdir()
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "shim" / "python").symlink_to(os.path.realpath(sys.executable))
+    (tmp_path / "venv" / "bin" / "python").symlink_to(tmp_path / "shim" / "python")
+    found = interpreter_paths(str(tmp_path / "venv" / "bin" / "python"))
+    assert str(tmp_path / "shim") in found and str(tmp_path / "venv" / "bin") in found

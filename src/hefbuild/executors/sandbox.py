@@ -256,10 +256,22 @@ def interpreter_paths(interpreter: str) -> tuple[str, ...]:
         except (OSError, ValueError, subprocess.SubprocessError):
             entries = []
     real = os.path.dirname(os.path.realpath(interpreter))
-    found = {os.path.dirname(real), os.path.dirname(os.path.abspath(interpreter))}
+    found = {os.path.dirname(real), *_link_folders(os.path.abspath(interpreter))}
     # Not the folder doit runs in: `python -m doit` puts the project itself on sys.path.
     found |= {e for e in entries if e and e != os.getcwd() and os.path.exists(e)}
     return tuple(sorted(p for p in found if not _covered(p)))
+
+
+def _link_folders(path: str) -> list[str]:
+    """The folder of every hop of a symlink chain: a venv's python may point at a `python`
+    that points on (setup-python's tool cache, a shim folder), and exec follows each hop."""
+    folders: list[str] = []
+    for _ in range(40):  # the kernel's own limit on links followed
+        folders.append(os.path.dirname(path))
+        if not os.path.islink(path):
+            break
+        path = os.path.join(os.path.dirname(path), os.readlink(path))
+    return folders
 
 
 def _covered(path: str) -> bool:
