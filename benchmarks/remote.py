@@ -52,11 +52,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from fakes.cache_server import NginxCache  # noqa: E402
 from run import DOIT, copy_project  # noqa: E402
 
+from hefbuild.declare.settings import CacheSettings  # noqa: E402
 from hefbuild.remote.cache import RemoteCache  # noqa: E402
 from hefbuild.remote.transport import HttpTransport  # noqa: E402
-from hefbuild.settings import CacheSettings  # noqa: E402
-from hefbuild.statcache import StatCache  # noqa: E402
-from hefbuild.store import Store  # noqa: E402
+from hefbuild.store.statcache import StatCache  # noqa: E402
+from hefbuild.store.store import Store  # noqa: E402
 
 TARGET = "verify:tiny-llama"
 CURL = "curl"
@@ -252,9 +252,9 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from hefbuild.remote.cache import RemoteCache
 from hefbuild.remote.transport import HttpTransport
-from hefbuild.settings import CacheSettings
-from hefbuild.statcache import StatCache
-from hefbuild.store import Store
+from hefbuild.declare.settings import CacheSettings
+from hefbuild.store.statcache import StatCache
+from hefbuild.store.store import Store
 mode, url, digest, where = sys.argv[2:6]
 settings = CacheSettings(remote=url, timeout_s=60)
 if mode == "download":

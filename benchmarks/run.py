@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from hefbuild.statcache import StatCache  # noqa: E402
+from hefbuild.store.statcache import StatCache  # noqa: E402
 
 MIB = 1 << 20
 

@@ -52,10 +52,10 @@ from engine.helpers import make_tiny_project  # noqa: E402
 from fakes.fake_executor import FakeExecutor  # noqa: E402
 from run import DOIT, bare_doit_project, copy_project  # noqa: E402
 
+from hefbuild.declare.project import load_project  # noqa: E402
 from hefbuild.digest import sha256_file  # noqa: E402
-from hefbuild.engine import Engine  # noqa: E402
-from hefbuild.project import load_project  # noqa: E402
-from hefbuild.statcache import StatCache  # noqa: E402
+from hefbuild.engine.engine import Engine  # noqa: E402
+from hefbuild.store.statcache import StatCache  # noqa: E402
 
 MODEL = "tiny-llama"
 STAGES = 5  # a cpu-ort model: fetch, export, quantize, compile, verify

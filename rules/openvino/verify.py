@@ -146,7 +146,7 @@ def main() -> None:
     report = {
         "model": action.model,
         "target": action.target,
-        # Not "device": that key marks a Hailo device check's report (hefbuild.report_checks).
+        # Not "device": that key marks a Hailo device check's report (hefbuild.report.checks).
         "openvino_device": params["device"],
         "method": compression.get("mode"),
         "compression": compression,

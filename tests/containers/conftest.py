@@ -39,7 +39,7 @@ def unavailable(reason: str) -> NoReturn:
 def docker_host() -> str | None:
     """The engine exactly as the code finds it (DOCKER_HOST, the current docker context that
     `.ci/docker-up` selects, or the SDK's default socket)."""
-    from hefbuild.executors.docker import docker_endpoint
+    from hefbuild.execute.docker import docker_endpoint
 
     return docker_endpoint()
 

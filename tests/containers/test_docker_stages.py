@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.engine import Engine
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
 from hefbuild.errors import HefbuildError, RuleFailed, StageError
-from hefbuild.events import Outcome
-from hefbuild.images import build_image
-from hefbuild.project import load_project
+from hefbuild.execute.images import build_image
+from hefbuild.store.events import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "tiny-llama"

@@ -92,7 +92,7 @@ def test_no_container_is_left_behind(docker_client, session_label):
 def test_the_code_finds_the_engine_without_docker_host(docker_client, monkeypatch):
     """A Quick start machine has the engine as its current docker context and no
     DOCKER_HOST exported: the executor must reach the engine the tests use."""
-    from hefbuild.executors.docker import connect
+    from hefbuild.execute.docker import connect
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     assert connect().info()["ID"] == docker_client.info()["ID"]
@@ -104,7 +104,7 @@ def test_a_docker_context_names_the_endpoint(tmp_path: Path, monkeypatch):
 
     import pytest
 
-    from hefbuild.executors.docker import docker_endpoint
+    from hefbuild.execute.docker import docker_endpoint
 
     cli = shutil.which("docker")
     if cli is None:

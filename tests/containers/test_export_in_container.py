@@ -9,7 +9,7 @@ under /var/cache/hefbuild-test-wheels/<key> and the image as hefbuild-test/cpu-s
 key covering the package versions, the Python ABI, the machine and the base image.
 
 The project: a copy of this one whose toolchain/export-test.toml (kind docker, the host
-toolchain's env) builds FROM that stack image, pinned through `hefbuild.images.build_image`;
+toolchain's env) builds FROM that stack image, pinned through `hefbuild.execute.images.build_image`;
 `[stages.export] toolchain = "export-test"` for tiny-llama. fetch runs on host, export in the
 container; a second copy runs export on host; the outputs must be byte-identical.
 """
@@ -141,8 +141,8 @@ def sha256(path: Path) -> str:
 
 
 def engine_run(project: Project, task: str) -> str:
-    from hefbuild.engine import Engine
-    from hefbuild.project import load_project
+    from hefbuild.declare.project import load_project
+    from hefbuild.engine.engine import Engine
 
     return Engine(load_project(project.root, store=project.store)).run(task)["outcome"]
 
@@ -151,9 +151,9 @@ def engine_run(project: Project, task: str) -> str:
 def runs(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
          stack_image: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """export:tiny-llama built in the container (one copy) and on host (another copy)."""
-    from hefbuild.images import build_image as pin_image
-    from hefbuild.project import load_project
-    from hefbuild.specs import load_toolchain
+    from hefbuild.declare.project import load_project
+    from hefbuild.declare.specs import load_toolchain
+    from hefbuild.execute.images import build_image as pin_image
 
     base = tmp_path_factory.mktemp("export-in-container")
     store = base / "store"

@@ -11,9 +11,9 @@ from pathlib import Path
 import docker.errors
 import pytest
 
+from hefbuild.declare.project import load_project
 from hefbuild.errors import HefbuildError
-from hefbuild.images import BuildOutput, build_image
-from hefbuild.project import load_project
+from hefbuild.execute.images import BuildOutput, build_image
 
 from .conftest import BUSYBOX_IMAGE, LABEL, SESSION
 

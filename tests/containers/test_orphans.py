@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from hefbuild.executors.base import StageRun, Watch
-from hefbuild.executors.docker import (
+from hefbuild.execute.base import StageRun, Watch
+from hefbuild.execute.docker import (
     HOST,
     OWNER,
     OWNER_START,
@@ -32,7 +32,7 @@ from hefbuild.executors.docker import (
     owner_labels,
     process_start,
 )
-from hefbuild.executors.lifeline import GONE_LINE
+from hefbuild.execute.lifeline import GONE_LINE
 
 from .conftest import LABEL, SESSION, docker_host
 
@@ -40,8 +40,8 @@ from .conftest import LABEL, SESSION, docker_host
 CHILD = r"""
 import sys
 from pathlib import Path
-from hefbuild.executors.base import StageRun, Watch
-from hefbuild.executors.docker import DockerExecutor
+from hefbuild.execute.base import StageRun, Watch
+from hefbuild.execute.docker import DockerExecutor
 
 scratch, image = Path(sys.argv[1]), sys.argv[2]
 stage = StageRun(task="fetch:orphan", interpreter="python3",

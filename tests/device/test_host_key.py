@@ -18,9 +18,9 @@ from unittest import mock
 
 import pytest
 
+from hefbuild.declare.specs import load_toolchain
 from hefbuild.errors import SpecError
-from hefbuild.specs import load_toolchain
-from hefbuild.toolchain import ToolchainResolver
+from hefbuild.execute.toolchain import ToolchainResolver
 
 from .conftest import REPO, Bench, SshHost, error_line, keygen, public_key
 
@@ -265,8 +265,8 @@ def test_host_key_loads_and_stays_out_of_the_toolchain_identity(tmp_path: Path):
 
 def test_the_override_key_reaches_the_rule_and_replaces_the_declared_one() -> None:
     """HEFBUILD_DEVICE_HOST_KEY goes with HEFBUILD_DEVICE to the rule (runtime.py)."""
-    from hefbuild.runtime import device_target
-    from hefbuild.specs import ToolchainSpec
+    from hefbuild.declare.specs import ToolchainSpec
+    from hefbuild.plan.limits import device_target
 
     device = {"kind": "ssh", "host": "a.invalid", "port": 22, "host_key": [ed25519_key(8)],
               "host_key_for": "[a.invalid]:22"}

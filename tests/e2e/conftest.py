@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.events import expand_summaries, read_events
-from hefbuild.executors.sandbox import bwrap_path
+from hefbuild.execute.sandbox import bwrap_path
+from hefbuild.store.events import expand_summaries, read_events
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT_PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "images",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.engine import Engine
+from hefbuild.engine.engine import Engine
 
 from .conftest import Project, assert_consistent
 

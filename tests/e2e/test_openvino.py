@@ -142,8 +142,8 @@ def test_int4_figures(ov_project: Project):
 
 
 def test_lock_file_is_in_compile_key(ov_project: Project):
-    from hefbuild.engine import Engine
-    from hefbuild.project import load_project
+    from hefbuild.declare.project import load_project
+    from hefbuild.engine.engine import Engine
 
     def compile_key() -> tuple[str, dict]:
         engine = Engine(load_project(ov_project.root, ov_project.store))

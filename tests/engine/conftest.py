@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from fakes.fake_executor import FakeExecutor
 
-from hefbuild.engine import Engine
-from hefbuild.project import load_project
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
 
 from .helpers import TASKS, make_tiny_project, run_all
 from .oracle import assert_oracle

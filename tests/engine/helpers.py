@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from hefbuild.engine import Engine
+from hefbuild.engine.engine import Engine
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "tiny-llama"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from fakes.fake_executor import FakeExecutor
 
+from hefbuild.declare.project import load_project
 from hefbuild.digest import sha256_file
-from hefbuild.engine import MANIFEST, Engine
-from hefbuild.events import Outcome
-from hefbuild.project import load_project
+from hefbuild.engine.engine import MANIFEST, Engine
+from hefbuild.store.events import Outcome
 
 
 def oracle_problems(root: Path, store: Path) -> list[str]:

@@ -6,7 +6,7 @@ import json
 import stat
 
 from hefbuild.digest import sha256_file
-from hefbuild.events import Outcome
+from hefbuild.store.events import Outcome
 
 from .helpers import MODEL, TASKS, run_all
 
@@ -92,8 +92,8 @@ def test_store_on_another_filesystem_materializes_read_only_copies(root, fake, t
 
     import pytest
 
-    from hefbuild.engine import Engine
-    from hefbuild.project import load_project
+    from hefbuild.declare.project import load_project
+    from hefbuild.engine.engine import Engine
 
     other = tmp_path / "store"
     other.mkdir()

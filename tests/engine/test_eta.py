@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fakes.toolchains import FAKES
 
-from hefbuild.engine import Engine
-from hefbuild.history import read_durations
-from hefbuild.project import load_project
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
+from hefbuild.store.history import read_durations
 
 from .helpers import MODEL, REPO
 from .test_limits import fetch_rule

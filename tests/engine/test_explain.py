@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hefbuild.explain import explain_task
+from hefbuild.report.explain import explain_task
 
 from .helpers import MODEL, edit, model_toml
 

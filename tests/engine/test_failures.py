@@ -12,7 +12,7 @@ import pytest
 from fakes.fake_executor import FakeExecutor
 
 from hefbuild.errors import MissingOutput, RuleFailed, SpecError, StageError, ToolchainMismatch
-from hefbuild.explain import explain_task
+from hefbuild.report.explain import explain_task
 
 from .helpers import MODEL, TASKS, edit, model_toml, run_all
 
@@ -279,7 +279,7 @@ def test_a_read_only_store_is_one_line(make_engine, store, monkeypatch):
     import errno
 
     from hefbuild.errors import StoreError
-    from hefbuild.store import Store
+    from hefbuild.store.store import Store
 
     def read_only(self, path):  # noqa: ANN001, ANN202
         raise OSError(errno.EROFS, "Read-only file system", str(self.object_path("ab" * 32)))
@@ -295,7 +295,7 @@ def test_a_read_only_store_is_one_line(make_engine, store, monkeypatch):
 def test_a_full_project_disk_is_one_line(make_engine, monkeypatch):
     import errno
 
-    from hefbuild.store import Store
+    from hefbuild.store.store import Store
 
     def disk_full(self, digest, dest):  # noqa: ANN001, ANN202
         raise OSError(errno.ENOSPC, "No space left on device", str(dest))
@@ -310,7 +310,7 @@ def test_a_full_project_disk_is_one_line(make_engine, monkeypatch):
 
 
 def test_dropping_a_corrupt_record_in_a_read_only_store_is_a_miss(built, store, monkeypatch):
-    from hefbuild.store import Store
+    from hefbuild.store.store import Store
 
     record = next((store / "v1" / "results").rglob("*.json"))
     record.write_text("{not json")

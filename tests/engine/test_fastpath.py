@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from fakes.fake_executor import FakeExecutor
 
-from hefbuild.engine import Engine
-from hefbuild.events import EventLog, Outcome, rotate
-from hefbuild.project import load_project
-from hefbuild.projectcache import load_project_cached
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
+from hefbuild.plan.projectcache import load_project_cached
+from hefbuild.store.events import EventLog, Outcome, rotate
 
 from .helpers import MODEL, TASKS, edit, make_tiny_project, model_toml, run_all
 
@@ -88,7 +88,7 @@ def test_the_fast_answer_is_the_full_answer(built, make_engine, root, change):
 
 def test_a_changed_toolchain_identity_takes_the_full_path(built, make_engine, monkeypatch):
     saved(built)
-    from hefbuild.toolchain import ToolchainResolver
+    from hefbuild.execute.toolchain import ToolchainResolver
 
     monkeypatch.setattr(ToolchainResolver, "stamp", lambda self, spec: "reinstalled")
     engine = make_engine()
@@ -179,7 +179,7 @@ def test_a_same_size_edit_through_a_link_is_caught_and_never_restored(root, stor
 
 
 def test_declarations_are_parsed_once_per_change(root, store, monkeypatch):
-    import hefbuild.project as project_module
+    import hefbuild.declare.project as project_module
 
     first = load_project_cached(root, store)
     parsed = []

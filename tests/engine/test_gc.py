@@ -17,10 +17,10 @@ import pytest
 
 from hefbuild.cli.gc import format_size
 from hefbuild.errors import StoreError
-from hefbuild.gc import GcPolicy, collect, store_summary
-from hefbuild.statcache import StatCache
-from hefbuild.store import Record, Store
-from hefbuild.storelock import StoreLock, register_project, registered_projects
+from hefbuild.store.gc import GcPolicy, collect, store_summary
+from hefbuild.store.statcache import StatCache
+from hefbuild.store.store import Record, Store
+from hefbuild.store.storelock import StoreLock, register_project, registered_projects
 
 from .helpers import REPO
 
@@ -168,7 +168,7 @@ def test_dry_run_deletes_nothing_and_plans_what_a_real_run_does(cas, three):
 
 
 def test_files_already_gone_do_not_fail_collect(cas, three, monkeypatch):
-    import hefbuild.gc as gc
+    import hefbuild.store.gc as gc
 
     real_pins = gc.pins
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from fakes.fake_executor import FakeExecutor
 
-from hefbuild.engine import Engine
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
 from hefbuild.errors import SpecError
-from hefbuild.project import load_project
 
 from .helpers import HOST_TOML, REPO, edit
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.executors import ExecRequest, HostExecutor, StageRun, Watch
+from hefbuild.execute import ExecRequest, HostExecutor, StageRun, Watch
 
 
 def request(tmp_path: Path, argv: list[str], timeout_s: float | None = None) -> ExecRequest:
@@ -109,7 +109,7 @@ def test_a_rule_that_never_flushes_shows_its_progress_in_the_heartbeat(tmp_path)
 
 
 def test_a_long_error_line_reaches_the_failure_message_whole(tmp_path):
-    from hefbuild.executors.host import log_tail
+    from hefbuild.execute.host import log_tail
 
     tail = "please unset the HF_HUB_OFFLINE environment variable"
     line = "OSError: " + "x" * 400 + " " + tail

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fakes.fake_executor import FakeExecutor
 
-import hefbuild.engine as engine_module
+import hefbuild.engine.engine as engine_module
 from hefbuild.errors import RuleFailed
-from hefbuild.executors import ExecResult, StageRun
+from hefbuild.execute import ExecResult, StageRun
 
 from .helpers import MODEL, TASKS, run_all
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.engine import Engine
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
 from hefbuild.errors import RuleFailed
-from hefbuild.project import load_project
 
 from .helpers import MODEL, edit, model_toml
 
@@ -102,7 +102,7 @@ def test_sleeping_stage_is_killed_at_its_timeout(root, store):
 
 
 def test_limits_come_from_the_toolchain_when_the_model_is_silent(root, store):
-    from hefbuild.runtime import stage_limits
+    from hefbuild.plan.limits import stage_limits
 
     host = root / "toolchain" / "host.toml"
     host.write_text(host.read_text() + '\n[limits]\ntimeout = "2h"\nmemory = "1g"\n')

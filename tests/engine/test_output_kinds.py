@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from fakes.fake_executor import FakeExecutor
 
-from hefbuild.engine import Engine
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
 from hefbuild.errors import MissingOutput
-from hefbuild.executors.sandbox import bwrap_path
-from hefbuild.project import load_project
+from hefbuild.execute.sandbox import bwrap_path
 
 from .helpers import MODEL
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.executors.perms import owner_readable
+from hefbuild.execute.perms import owner_readable
 
 
 def mode(path: Path) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from hefbuild.events import Outcome
+from hefbuild.store.events import Outcome
 
 from .helpers import MODEL, STAGES, TASKS, edit, model_toml, run_all
 
@@ -105,7 +105,7 @@ def test_force_rebuilds_the_task_even_when_stored(built, fake):
 
 
 def test_dash_a_forces_only_the_named_tasks():
-    from hefbuild.doit_tasks import forced
+    from hefbuild.cli.tasks import forced
 
     assert forced("verify:m", ["-a", "verify:m"])
     assert forced("verify:m", ["verify", "--always-execute"])

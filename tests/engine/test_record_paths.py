@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fakes.fake_executor import FakeExecutor
 
-from hefbuild.engine import Engine
-from hefbuild.project import load_project
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
 from hefbuild.remote.reapi import decode_action_result, encode_action_result
 
 from .helpers import MODEL, TASKS, make_tiny_project, run_all

@@ -23,11 +23,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hefbuild.engine import Engine
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
 from hefbuild.errors import StageError
-from hefbuild.executors.sandbox import bwrap_path, probe_bwrap
-from hefbuild.executors.seccomp import TABLES
-from hefbuild.project import load_project
+from hefbuild.execute.sandbox import bwrap_path, probe_bwrap
+from hefbuild.execute.seccomp import TABLES
 
 from .helpers import MODEL, make_tiny_project
 
@@ -234,8 +234,8 @@ NOBODY = 65534
 BUILD_AS_IS = """
 import json, sys
 from pathlib import Path
-from hefbuild.engine import Engine
-from hefbuild.project import load_project
+from hefbuild.engine.engine import Engine
+from hefbuild.declare.project import load_project
 engine = Engine(load_project(Path(sys.argv[1]), store=Path(sys.argv[2])))
 print(json.dumps(engine.run(sys.argv[3])["outcome"]))
 """
@@ -483,7 +483,7 @@ def nobody_python(home: Path) -> tuple[str, str]:
     ours = [p for p in sys.path if p.endswith("site-packages")]
     ours.append(str(Path(hefbuild.__file__).parents[1]))
     # The engine starts its interpreter again (the toolchain probe): that must work too.
-    check = ("import subprocess, sys; from hefbuild.executors.sandbox import bwrap_path; "
+    check = ("import subprocess, sys; from hefbuild.execute.sandbox import bwrap_path; "
              f"assert sys.version_info[:2] == {tuple(sys.version_info[:2])}; "
              "subprocess.run([sys.executable, '-c', ''], check=True); "
              "assert bwrap_path(), 'bwrap'")
@@ -534,7 +534,7 @@ def test_outputs_the_rule_locked_are_still_stored_when_doit_is_not_root(nobody_d
 def test_every_folder_of_an_interpreters_symlink_chain_is_readable(tmp_path):
     """A venv's python -> setup-python's or a shim folder's python -> the real one: exec
     follows every hop, so each hop's folder must exist in the sandbox."""
-    from hefbuild.executors.sandbox import interpreter_paths
+    from hefbuild.execute.sandbox import interpreter_paths
 
     (tmp_path / "shim").mkdir()
     (tmp_path / "venv" / "bin").mkdir(parents=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.executors import sandbox, seccomp
-from hefbuild.executors.seccomp import ALWAYS, TABLES, compiled, program
+from hefbuild.execute import sandbox, seccomp
+from hefbuild.execute.seccomp import ALWAYS, TABLES, compiled, program
 
 # The interpreter's own opcodes, from the instruction classes (linux/bpf_common.h), not the
 # module's constants: a wrong constant there cannot agree with itself here.

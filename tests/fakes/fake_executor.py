@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hefbuild.digest import canonical_json
-from hefbuild.executors import ExecResult, StageRun
+from hefbuild.execute import ExecResult, StageRun
 
 SKIPPED_INPUTS = ("manifest.json", "log.txt")  # timings and logs never reach a rule's bytes
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from engine.helpers import MODEL, TASKS, make_tiny_project, run_all
 from fakes.fake_executor import FakeExecutor
 
-from hefbuild.engine import Engine
-from hefbuild.project import load_project
+from hefbuild.declare.project import load_project
+from hefbuild.engine.engine import Engine
 
 __all__ = ["MODEL", "TASKS", "cache_toml", "engine", "make_project", "run_all"]
 

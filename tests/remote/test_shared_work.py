@@ -14,7 +14,7 @@ import pytest
 from fakes.fake_executor import FakeExecutor
 from fakes.reapi_proto import compile_reapi_subset
 
-from hefbuild.executors import ExecResult, StageRun
+from hefbuild.execute import ExecResult, StageRun
 
 from .helpers import MODEL, TASKS, cache_toml, engine, make_project, run_all
 
@@ -85,9 +85,9 @@ BIG_SCRIPT = r"""
 import hashlib, json, os, resource, sys, time
 from pathlib import Path
 from hefbuild.remote.cache import RemoteCache
-from hefbuild.settings import CacheSettings
-from hefbuild.statcache import StatCache
-from hefbuild.store import Record, Store
+from hefbuild.declare.settings import CacheSettings
+from hefbuild.store.statcache import StatCache
+from hefbuild.store.store import Record, Store
 
 url, work, mib = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 def rss(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hefbuild.report import chains_of
+from hefbuild.report.content import chains_of
 
 CPU_STAGES = ("fetch", "export", "quantize", "compile", "verify")
 CHAINS = chains_of({"tiny-llama": "cpu-ort", "tiny-hailo": "hailo10h", "broken": "cpu-ort",

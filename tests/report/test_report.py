@@ -8,7 +8,7 @@ from html import escape
 
 import pytest
 
-from hefbuild.report import (
+from hefbuild.report.content import (
     HISTORY,
     CheckKind,
     StageState,
@@ -19,7 +19,7 @@ from hefbuild.report import (
     snapshot,
     write_report,
 )
-from hefbuild.report_html import render
+from hefbuild.report.html import render
 
 from .samples import (
     CHAINS,
@@ -204,7 +204,7 @@ def test_a_project_never_built_gets_a_page_naming_its_models(tmp_path):
 
 
 def test_a_long_history_plots_its_last_builds():
-    from hefbuild.report import PLOTTED, stage_history
+    from hefbuild.report.content import PLOTTED, stage_history
 
     from .samples import T0, event
 
@@ -219,8 +219,8 @@ def test_the_report_page_speaks_in_the_targets_declared_words(tmp_path):
     takes them all from the declaration, and reads the figures by the report's keys."""
     from dataclasses import replace
 
-    from hefbuild.report import chains_of
-    from hefbuild.targets import StageReport, load_targets
+    from hefbuild.declare.targets import StageReport, load_targets
+    from hefbuild.report.content import chains_of
 
     from .samples import device_report, manifest, write
 

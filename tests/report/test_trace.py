@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from hefbuild.events import EventLog, Outcome
-from hefbuild.trace import lanes, span_of, trace_of, write_trace
+from hefbuild.report.trace import lanes, span_of, trace_of, write_trace
+from hefbuild.store.events import EventLog, Outcome
 
 from .samples import T0, event, summary
 

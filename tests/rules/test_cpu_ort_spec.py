@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from hefbuild.declare.specs import load_model
 from hefbuild.errors import SpecError
-from hefbuild.specs import load_model
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = '[model]\ntarget = "cpu-ort"\n\n[source.synthetic]\narchitecture = "llama"\nseed = 1\n'
@@ -50,7 +50,7 @@ def test_declared_values(load) -> None:
 
 
 def test_the_hailo_verify_takes_no_new_keys(load) -> None:
-    from hefbuild.targets import stage_defs
+    from hefbuild.declare.targets import stage_defs
 
     hailo_verify = stage_defs(REPO, "hailo10h")["verify"]
     # The device gives text, not logits along the continuation: no teacher-forced gate

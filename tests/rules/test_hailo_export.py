@@ -24,8 +24,8 @@ sys.path.insert(0, str(REPO / "rules"))
 
 from common.hailo_inputs import INPUT_NAMES, MASK_BLOCKED, head_mask, left_pad  # noqa: E402
 
-from hefbuild.specs import load_model  # noqa: E402
-from hefbuild.targets import stage_defs  # noqa: E402
+from hefbuild.declare.specs import load_model  # noqa: E402
+from hefbuild.declare.targets import stage_defs  # noqa: E402
 
 MODELS = ("tiny-hailo-llama", "tiny-hailo-qwen2", "tiny-hailo-mistral", "tiny-hailo-qwen3")
 TOOLCHAINS = {p.stem for p in (REPO / "toolchain").glob("*.toml")}

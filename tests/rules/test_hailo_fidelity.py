@@ -29,8 +29,8 @@ from common import qdq_emulation as qe  # noqa: E402
 from common.action import Action  # noqa: E402
 from common.hailo_calibration import calibration_rows  # noqa: E402
 
-from hefbuild.specs import load_model  # noqa: E402
-from hefbuild.targets import stage_defs  # noqa: E402
+from hefbuild.declare.specs import load_model  # noqa: E402
+from hefbuild.declare.targets import stage_defs  # noqa: E402
 
 np = pytest.importorskip("numpy")
 onnx = pytest.importorskip("onnx")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.project import Project, load_project
-from hefbuild.specs import ModelSpec
+from hefbuild.declare.project import Project, load_project
+from hefbuild.declare.specs import ModelSpec
 
 from .samples import HOST_TOML
 

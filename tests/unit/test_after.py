@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hefbuild.doit_tasks import _stage_task
-from hefbuild.plan import plan_model, plan_project
+from hefbuild.cli.tasks import _stage_task
+from hefbuild.plan.actions import plan_model, plan_project
 
 from .samples import SYNTHETIC
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hefbuild.hub import checkpoint_files
+from hefbuild.execute.hub import checkpoint_files
 
 TOKENIZER = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "tokenizer.model", "merges.txt", "vocab.txt", "vocab.json", "added_tokens.json"]

@@ -6,8 +6,8 @@ import errno
 import json
 import os
 
-import hefbuild.events as events
-from hefbuild.events import EventLog, Outcome, read_events
+import hefbuild.store.events as events
+from hefbuild.store.events import EventLog, Outcome, read_events
 
 
 def test_an_append_never_glues_onto_a_torn_tail(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hefbuild.errors import HefbuildError, SpecError
-from hefbuild.gc import (
+from hefbuild.store.gc import (
     GcPolicy,
     RecordInfo,
     collect_node,
@@ -19,7 +19,7 @@ from hefbuild.gc import (
     parse_size,
     plan_gc,
 )
-from hefbuild.storelock import StoreLock
+from hefbuild.store.storelock import StoreLock
 
 DAY = 86400.0
 NOW = 100 * DAY

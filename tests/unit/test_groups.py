@@ -1,4 +1,4 @@
-"""What the terminal says of each task and of a group run (hefbuild.groups), and the
+"""What the terminal says of each task and of a group run (hefbuild.report.table), and the
 command-line helpers around it: pure, no doit run."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hefbuild.groups import blocked_line, members, reason, rows, table_lines, task_line
-from hefbuild.selection import unknown_task
-from hefbuild.session import verbosity
+from hefbuild.cli.session import verbosity
+from hefbuild.plan.selection import unknown_task
+from hefbuild.report.table import blocked_line, members, reason, rows, table_lines, task_line
 
 KNOWN = ["fetch:a", "verify:a", "verify:b", "verify:c", "hef:h", "compile:h"]
 

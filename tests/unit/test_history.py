@@ -1,11 +1,11 @@
-"""The usual length of a stage, from earlier builds (hefbuild.history): pure, on literals."""
+"""The usual length of a stage, from earlier builds (hefbuild.store.history): pure, on literals."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from hefbuild.history import (
+from hefbuild.store.history import (
     MAX_BYTES,
     Usual,
     read_durations,

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from hefbuild.digest import Digest, canonical_json
-from hefbuild.key import ActionKey, describe, diff_descriptions
+from hefbuild.plan.key import ActionKey, describe, diff_descriptions
 
 A, B = "a" * 64, "b" * 64
 

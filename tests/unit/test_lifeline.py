@@ -10,13 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import hefbuild.executors.lifeline as lifeline
+import hefbuild.execute.lifeline as lifeline
 
 WRAPPER = str(Path(lifeline.__file__))
 HOLDER = """
 import sys, time
 from pathlib import Path
-from hefbuild.executors.lifeline import hold
+from hefbuild.execute.lifeline import hold
 with hold(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(300)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hefbuild.errors import HefbuildError, SpecError
-from hefbuild.hub import lock_model
-from hefbuild.plan import plan_model
+from hefbuild.execute.hub import lock_model
+from hefbuild.plan.actions import plan_model
 
 SHA = "a" * 64
 COMMIT = "c" * 40

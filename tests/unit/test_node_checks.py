@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.executors.node_checks import (
+from hefbuild.execute.node_checks import (
     hefbuild_differs,
     loopback_cache,
     probe_wanted,
@@ -103,7 +103,7 @@ def test_no_warning_when_the_node_reaches_the_same_cache(driver: str, node: str,
 
 
 def test_a_node_probes_its_interpreter_once_while_nothing_is_installed(monkeypatch) -> None:  # noqa: ANN001
-    from hefbuild import toolchain
+    from hefbuild.execute import toolchain
 
     calls: list[str] = []
     monkeypatch.setattr(toolchain, "_probe", lambda python, names: calls.append(python) or

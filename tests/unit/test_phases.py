@@ -1,15 +1,15 @@
 """The hailo10h target's declared phase table (its `[watch]`, matched by
-hefbuild.executors.phases) against Dataflow Compiler log lines as they appear in public DFC
+hefbuild.declare.phases) against Dataflow Compiler log lines as they appear in public DFC
 console logs, and against our own rules' lines; and the loading of such a table."""
 
 from __future__ import annotations
 
 import pytest
 
+from hefbuild.declare.phases import Phase
+from hefbuild.declare.targets import BUILTIN_TARGETS, load_target
 from hefbuild.errors import SpecError
-from hefbuild.executors import phases
-from hefbuild.executors.phases import Phase
-from hefbuild.targets import BUILTIN_TARGETS, load_target
+from hefbuild.declare import phases
 
 TABLE = load_target(BUILTIN_TARGETS / "hailo10h.toml").phases
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.plan import artifact_task, plan_model, plan_project, rule_code_files
+from hefbuild.plan.actions import artifact_task, plan_model, plan_project, rule_code_files
 
 from .samples import SYNTHETIC
 

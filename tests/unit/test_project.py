@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from hefbuild.declare.project import default_store_root
 from hefbuild.errors import SpecError
-from hefbuild.project import default_store_root
 
 HUB = '[model]\ntarget = "cpu-ort"\n\n[source]\nhub = "org/name"\nrevision = "main"\n'
 COMMIT, SHA = "c" * 40, "a" * 64

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from hefbuild.declare.resources import merged, parse_resources, shown
+from hefbuild.declare.settings import CacheSettings, Settings, load_settings
 from hefbuild.errors import SpecError, StageError
-from hefbuild.executors.base import StageRun
-from hefbuild.executors.ray import RayExecutor, lacking, ray_options, unplaceable, wanted
-from hefbuild.resources import merged, parse_resources, shown
-from hefbuild.settings import CacheSettings, Settings, load_settings
-from hefbuild.summary import nodes_of, summary_line
+from hefbuild.execute.base import StageRun
+from hefbuild.execute.ray import RayExecutor, lacking, ray_options, unplaceable, wanted
+from hefbuild.report.summary import nodes_of, summary_line
 
 
 def test_amounts_and_memory_sizes_parse() -> None:
@@ -95,7 +95,7 @@ def test_the_end_of_run_line_names_the_node_of_each_built_stage() -> None:
 def test_a_stages_declared_code_is_part_of_its_rule(tmp_path) -> None:  # noqa: ANN001
     """A script the rule ships but does not import (hailo10h verify's device_check.py) is
     among its code files: in its key, and sent with it to a cluster node."""
-    from hefbuild.plan import rule_code_files
+    from hefbuild.plan.actions import rule_code_files
 
     rules = tmp_path / "rules"
     (rules / "common").mkdir(parents=True)

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from fakes.fake_executor import FakeExecutor
 
+from hefbuild.declare.project import load_project
+from hefbuild.declare.settings import DEFAULT_TIMEOUT_S, Credentials, Settings, load_settings
 from hefbuild.digest import canonical_json
-from hefbuild.engine import Engine
+from hefbuild.engine.engine import Engine
 from hefbuild.errors import SpecError
-from hefbuild.key import describe
-from hefbuild.project import load_project
+from hefbuild.plan.key import describe
 from hefbuild.remote.signing import generate
-from hefbuild.settings import DEFAULT_TIMEOUT_S, Credentials, Settings, load_settings
 
 PUB_A = "ci-2026:" + base64.b64encode(bytes(range(32))).decode()
 PUB_B = "laptop.old_1:" + base64.b64encode(bytes(range(32, 64))).decode()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.statcache import StatCache
+from hefbuild.store.statcache import StatCache
 
 DATA = b"calibration text\n" * 100
 

@@ -1,14 +1,14 @@
-"""`doit status`'s grid and detail lines from verdicts (hefbuild.status), and the log
-follower behind `doit -v 2` (hefbuild.stagelog.LogFollower)."""
+"""`doit status`'s grid and detail lines from verdicts (hefbuild.report.status), and the log
+follower behind `doit -v 2` (hefbuild.execute.stagelog.LogFollower)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from hefbuild.explain import AFTER, BUILD, NEVER, RESTORE, UPTODATE, TaskStatus
-from hefbuild.stagelog import LogFollower
-from hefbuild.status import details, grid, totals
+from hefbuild.execute.stagelog import LogFollower
+from hefbuild.report.explain import AFTER, BUILD, NEVER, RESTORE, UPTODATE, TaskStatus
+from hefbuild.report.status import details, grid, totals
 
 
 def chain(model: str, kinds: list[str]) -> list[TaskStatus]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.statcache import StatCache
-from hefbuild.store import OutputFile, Record, Store
+from hefbuild.store.statcache import StatCache
+from hefbuild.store.store import OutputFile, Record, Store
 
 KEY = "1" * 64
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from hefbuild.declare.params import ParamType
+from hefbuild.declare.project import load_project
+from hefbuild.declare.targets import StageReport, load_target, load_targets
 from hefbuild.errors import SpecError
-from hefbuild.params import ParamType
-from hefbuild.project import load_project
-from hefbuild.targets import StageReport, load_target, load_targets
 
 from .samples import HOST_TOML
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.doit_tasks import _extra_bases, task_names
+from hefbuild.cli.tasks import _extra_bases, task_names
+from hefbuild.declare.targets import Keep
+from hefbuild.declare.variants import merge_stages, parse_variants, variant_name
 from hefbuild.errors import SpecError
-from hefbuild.plan import plan_model
-from hefbuild.targets import Keep
-from hefbuild.variants import merge_stages, parse_variants, variant_name
+from hefbuild.plan.actions import plan_model
 
 from .samples import SYNTHETIC
 
@@ -124,7 +124,7 @@ def test_a_variant_uses_its_base_models_lock(load, proj):
 
 
 def test_a_variant_is_selected_by_its_task_names():
-    from hefbuild.selection import models_named
+    from hefbuild.plan.selection import models_named
 
     known = {"m", "m@w4"}
     assert models_named(["hef:m@w4", "verify:m@w4"], known, set()) == {"m@w4"}
@@ -266,7 +266,7 @@ def test_a_keep_destination_too_long_with_a_variants_name_is_one_line(proj, load
 
 
 def test_a_broken_variant_sets_aside_its_whole_model_file(proj, tmp_path):
-    from hefbuild.project import load_project
+    from hefbuild.declare.project import load_project
 
     (proj / "models" / "m.toml").write_text(BASE + "\n[variants.w4.stages.quantize]\nx = 1\n")
     (proj / "models" / "ok.toml").write_text(SWEEP.replace("calibration = \"data/calibration/"
@@ -280,8 +280,8 @@ def test_a_broken_variant_sets_aside_its_whole_model_file(proj, tmp_path):
 
 
 def _model_report(name: str, keys: dict[str, str], agreement: float):
-    from hefbuild.report import Check, ModelReport, Stage, StageState
-    from hefbuild.report_checks import Answerer, CheckKind, PromptFigures
+    from hefbuild.report.checks import Answerer, CheckKind, PromptFigures
+    from hefbuild.report.content import Check, ModelReport, Stage, StageState
 
     stages = tuple(Stage(s, StageState.BUILT if name == "m" or s == "verify" else
                          StageState.RESTORED, seconds=0.1, build_seconds=2.0, key=k)
@@ -296,7 +296,7 @@ def _model_report(name: str, keys: dict[str, str], agreement: float):
 
 
 def test_the_comparison_has_a_column_per_variant_and_marks_shared_stages():
-    from hefbuild.report_variants import AGREEMENT, MEAN, compare_variants
+    from hefbuild.report.variants import AGREEMENT, MEAN, compare_variants
 
     reports = [_model_report("m", {"fetch": "a" * 64, "verify": "b" * 64}, 0.5),
                _model_report("m@w4", {"fetch": "a" * 64, "verify": "c" * 64}, 0.75),
@@ -318,15 +318,15 @@ def test_the_comparison_has_a_column_per_variant_and_marks_shared_stages():
 
 
 def test_a_model_without_variants_makes_no_comparison():
-    from hefbuild.report_variants import compare_variants
+    from hefbuild.report.variants import compare_variants
 
     assert compare_variants([_model_report("m", {"fetch": "a" * 64, "verify": "b" * 64},
                                            0.5)], {}) == ()
 
 
 def test_the_comparison_page_escapes_and_names_every_column():
-    from hefbuild.report_variants import compare_variants
-    from hefbuild.report_variants_html import sweeps_html
+    from hefbuild.report.variants import compare_variants
+    from hefbuild.report.variants_html import sweeps_html
 
     reports = [_model_report("m", {"fetch": "a" * 64, "verify": "b" * 64}, 0.5),
                _model_report("m@w4", {"fetch": "a" * 64, "verify": "c" * 64}, 0.75)]

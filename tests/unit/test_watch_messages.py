@@ -1,12 +1,12 @@
-"""What a heartbeat says (hefbuild.executors.watch), fed plain numbers and a log file."""
+"""What a heartbeat says (hefbuild.execute.watch), fed plain numbers and a log file."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hefbuild.executors import Watch
-from hefbuild.executors.watch import OWN_PREFIX, StageWatch, message
-from hefbuild.targets import BUILTIN_TARGETS, load_target
+from hefbuild.declare.targets import BUILTIN_TARGETS, load_target
+from hefbuild.execute import Watch
+from hefbuild.execute.watch import OWN_PREFIX, StageWatch, message
 
 # The phases of the DFC's log lines: hailo10h's declared table.
 PHASES = load_target(BUILTIN_TARGETS / "hailo10h.toml").phases

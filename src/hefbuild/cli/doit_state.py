@@ -17,7 +17,7 @@ from ..errors import HefbuildError
 
 
 def _root() -> Path | None:
-    from ..project import find_root
+    from ..declare.project import find_root
 
     try:
         return find_root(Path.cwd())
@@ -34,7 +34,7 @@ class DumpDB(Command):
     cmd_options = ()
 
     def execute(self, opt_values: dict, pos_args: list[str]) -> int:
-        from ..project import STATE_DIR
+        from ..declare.project import STATE_DIR
 
         root = _root()
         if root is None:
@@ -62,7 +62,7 @@ class Forget(Command):
     cmd_options = ()
 
     def execute(self, opt_values: dict, pos_args: list[str]) -> int:
-        from ..session import actions_at, fast_path_at
+        from .session import actions_at, fast_path_at
 
         root = _root()
         if root is None:

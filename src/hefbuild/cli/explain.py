@@ -25,9 +25,9 @@ class Explain(Command):
     cmd_options = ()
 
     def execute(self, opt_values: dict, pos_args: list[str]) -> int:
-        from ..explain import explain_task
-        from ..project import find_root
-        from ..session import engine_for
+        from ..declare.project import find_root
+        from ..report.explain import explain_task
+        from .session import engine_for
 
         if not pos_args:
             print("ERROR: explain needs at least one task name, e.g. verify:tiny-llama",

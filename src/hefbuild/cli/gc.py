@@ -11,8 +11,10 @@ from pathlib import Path
 from doit.cmd_base import DoitCmdBase
 from doit.exceptions import InvalidCommand
 
+from ..declare.project import Project
+from ..declare.settings import GcSettings
 from ..errors import HefbuildError
-from ..gc import (
+from ..store.gc import (
     GcPlan,
     GcPolicy,
     StoreSummary,
@@ -21,11 +23,9 @@ from ..gc import (
     parse_size,
     store_summary,
 )
-from ..project import Project
-from ..session import project_at
-from ..settings import GcSettings
-from ..store import STORE_FORMAT
-from ..upload_queue import pending_by_remote
+from ..store.store import STORE_FORMAT
+from ..store.upload_queue import pending_by_remote
+from .session import project_at
 
 OPT_MAX_SIZE = {
     "name": "max_size", "long": "max-size", "type": str, "default": "", "metavar": "SIZE",

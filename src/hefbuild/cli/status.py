@@ -19,10 +19,10 @@ class Status(Command):
     cmd_options = ()
 
     def execute(self, opt_values: dict, pos_args: list[str]) -> int:
-        from ..explain import running_log, status_of
-        from ..project import find_root
-        from ..session import engine_for, project_at
-        from ..status import details, grid, totals
+        from ..declare.project import find_root
+        from ..report.explain import running_log, status_of
+        from ..report.status import details, grid, totals
+        from .session import engine_for, project_at
 
         try:
             root = find_root(Path.cwd())

@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..outputs import fits_declared
-from ..store import Record, Store
-from ..upload_queue import UploadQueue
+from ..store.outputs import fits_declared
+from ..store.store import Record, Store
+from ..store.upload_queue import UploadQueue
 from .cas import BadBlob, BlobStore, WrongBytes, retry
 from .reapi import (
     SIGNATURE_TYPE,

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..settings import CacheSettings
-from ..store import Store
+from ..declare.settings import CacheSettings
+from ..store.store import Store
 from .transport import Oversized, RemoteError, SinkError, Transport, transport_for
 
 ATTEMPTS = 3

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Protocol
 from urllib.parse import urlsplit
 
-from ..settings import DEFAULT_MIN_RATE, CacheSettings
+from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
 
 CHUNK = 1 << 20
 Sink = Callable[[bytes | memoryview], None]

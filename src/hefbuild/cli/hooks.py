@@ -1,0 +1,221 @@
+"""What hefbuild plugs into doit besides tasks: the file checker and the reporter (which
+also holds the project lock for the whole run)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from doit.dependency import FileChangedChecker
+from doit.exceptions import TaskFailed, UnmetDependency
+from doit.reporter import ConsoleReporter
+
+from ..declare.checks import Checks, checks_of
+from ..declare.project import STATE_DIR
+from ..errors import HefbuildError
+from ..report.summary import check_verdict, events_since, outcome_counts, summary_line
+from ..report.table import blocked_line, labelled, members, rows, table_lines, task_line
+from ..store.events import EventLog, rotate
+from ..store.projectlock import ProjectLock
+from ..store.upload_queue import UploadQueue
+from .session import engine_for, fast_path_at, project_at
+
+
+class DigestChecker(FileChangedChecker):
+    """doit file_dep checker on SHA-256 content, through hefbuild's stat cache.
+
+    doit's MD5 checker trusts an unchanged mtime (missing same-size edits that restore
+    it) and re-hashes a touched file on every run until the task runs again; this one
+    re-hashes only when (size, mtime, ctime, inode) changed, once.
+    """
+
+    root: str = ""
+
+    @classmethod
+    def bound_to(cls, root: str) -> type[DigestChecker]:
+        return type("DigestChecker", (cls,), {"root": root})
+
+    def _digest(self, path: str) -> str:
+        return engine_for(self.root).stats.digest(Path(path)).hex
+
+    def check_modified(self, file_path: str, file_stat: os.stat_result, state: Any) -> bool:
+        return state != self._digest(file_path)
+
+    def get_state(self, dep: str, current_state: Any) -> str | None:
+        digest = self._digest(dep)
+        return None if digest == current_state else digest
+
+
+class HefbuildReporter(ConsoleReporter):
+    """doit's console output, plus: the project lock, `uptodate` events, one-line errors."""
+
+    root: str = ""
+
+    @classmethod
+    def bound_to(cls, root: str) -> type[HefbuildReporter]:
+        return type("HefbuildReporter", (cls,), {"root": root})
+
+    def __init__(self, outstream: Any, options: dict[str, Any]) -> None:
+        # Into a pipe or a file (every CI log) stdout is block-buffered: a finished stage's
+        # line would come after later stages' `building` lines (stderr), or at exit.
+        for stream in (outstream, sys.stdout, sys.stderr):
+            with suppress(AttributeError, ValueError, OSError):
+                stream.reconfigure(line_buffering=True)
+        super().__init__(outstream, options)
+        self._lock = ProjectLock(Path(self.root) / STATE_DIR / "lock")
+
+    def initialize(self, tasks: dict, selected_tasks: list) -> None:
+        wait = os.environ.get("HEFBUILD_NO_WAIT", "") in ("", "0")
+        try:
+            self._lock.acquire(wait, lambda msg: print(msg, file=sys.stderr, flush=True))
+        except HefbuildError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            raise SystemExit(3) from None
+        rotate(self._events_path())
+        self._events_at = _size(self._events_path())
+        self._uptodate: list[str] = []
+        self._succeeded: set[str] = set()
+        self._failed: dict[str, str] = {}
+        self._blocked: set[str] = set()
+        self._selected = list(selected_tasks or [])
+        self._known = list(tasks)
+        super().initialize(tasks, selected_tasks)
+
+    def _checks(self) -> Checks:
+        """The checks and artifact aliases of the project's targets (loaded once per run)."""
+        if getattr(self, "_checks_of", None) is None:
+            models = project_at(self.root).models.values()
+            self._checks_of = checks_of({m.target: m.pipeline for m in models}.values())
+        return self._checks_of
+
+    def _events_path(self) -> Path:
+        return Path(self.root) / "build" / "events.jsonl"
+
+    def execute_task(self, task: Any) -> None:
+        """A stage says what it came to when it ends (and a build announces itself)."""
+        if _is_stage(task):
+            return
+        super().execute_task(task)
+
+    def skip_uptodate(self, task: Any) -> None:
+        if _is_stage(task):
+            self.write(labelled("up to date", task.name) + "\n")
+        else:
+            super().skip_uptodate(task)
+        self._uptodate.append(task.name)  # one summary event for all of them, at the end
+        self._succeeded.add(task.name)
+        self._verdict(task)
+
+    def add_success(self, task: Any) -> None:
+        super().add_success(task)
+        self._succeeded.add(task.name)
+        values = getattr(task, "values", None) or {}
+        if values.get("outcome"):
+            self.write(task_line(task.name, values) + "\n")
+        self._verdict(task)
+
+    def _verdict(self, task: Any) -> None:
+        """A check's result is what the user came for: say it, whatever ran or not (from
+        the fast path's note while the check stays up to date)."""
+        if self._checks().stage_of(task.name) is None:
+            return
+        line = fast_path_at(self.root).note(task.name) or \
+            check_verdict(Path(self.root), task.name, checks=self._checks())
+        if line:
+            self.write(f"   {line}\n")
+
+    def add_failure(self, task: Any, fail: Any) -> None:
+        if isinstance(fail, UnmetDependency):
+            # doit's block per dependent task says only that an upstream failed: one line
+            # (the upstream's own error was shown when it failed).
+            self._blocked.add(task.name)  # said once, at the end (`_blocked_line`)
+            return
+        self._failed[task.name] = getattr(fail, "message", "") or str(fail)
+        if isinstance(fail, TaskFailed) and not fail.traceback:
+            self.write(labelled("failed", task.name) + "\n")
+            self.write(f"ERROR: {fail.message}\n")  # ours: already one line, no traceback
+            line = check_verdict(Path(self.root), task.name, failed=True,
+                                 checks=self._checks())
+            if line:
+                self.write(f"   {line}\n")
+            return
+        super().add_failure(task, fail)
+
+    def complete_run(self) -> None:
+        try:
+            super().complete_run()
+            self._blocked_line()
+            self._group_table()
+            self._summarize()
+            self._flush_uploads()
+        finally:
+            self._lock.release()
+
+    def _flush_uploads(self) -> None:
+        """Results an earlier run stored but never uploaded (killed, or the cache was down)
+        go now; a run with nothing pending pays one folder listing."""
+        project = project_at(self.root)
+        cache = project.settings.cache
+        if cache.remote is None or not cache.upload:
+            return
+        from ..store.store import STORE_FORMAT  # only where uploads are on
+
+        if not UploadQueue(project.paths.store / STORE_FORMAT, cache.remote).pending():
+            return
+        sent = engine_for(self.root).flush_uploads()
+        if sent:
+            self.write(f"uploaded {sent} result{'s' if sent > 1 else ''} of earlier runs to "
+                       f"{cache.shown}\n")
+
+    def _blocked_line(self) -> None:
+        line = blocked_line(sorted(t for t in getattr(self, "_blocked", ()) if ":" in t))
+        if line:
+            self.write(line + "\n")
+
+    def _group_table(self) -> None:
+        selected = getattr(self, "_selected", [])
+        checks = self._checks()
+        wanted = members(selected, getattr(self, "_known", []), checks)
+        groups = [g for g in checks.groups if g in selected]
+        if not wanted and not groups:
+            return
+        broken = project_at(self.root).broken if groups else {}
+        table = rows(Path(self.root), wanted, self._succeeded, self._failed, self._blocked,
+                     broken, groups, checks)
+        for line in table_lines(table, checks):
+            self.write(line + "\n")
+
+    def _summarize(self) -> None:
+        fast_path_at(self.root).save()
+        uptodate = getattr(self, "_uptodate", [])
+        events = events_since(self._events_path(), getattr(self, "_events_at", 0))
+        failed = getattr(self, "_failed", {})
+        if not events and not uptodate and not failed:
+            return
+        counts = outcome_counts(events, uptodate)
+        # A refused declaration (e.g. an unpinned fetch) fails before any event is written.
+        counts["failed"] = max(counts["failed"], sum(":" in t for t in failed))
+        self.write(summary_line(counts) + "\n")
+        if not events and not uptodate:
+            return  # only refusals: bad input leaves build/ as it was
+        EventLog(self._events_path()).summary(counts, uptodate)
+        from ..report.trace import write_trace  # stdlib only; here to keep this edit in one method
+
+        write_trace(self._events_path(), getattr(self, "_events_at", 0))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _is_stage(task: Any) -> bool:
+    """A hefbuild stage task (its action is the engine's `run_task`), not a group, alias,
+    lock, image or keep task: which names are stages is the targets' business."""
+    callable_ = getattr(task.actions[0], "py_callable", None) if task.actions else None
+    return ":" in task.name and getattr(callable_, "__name__", "") == "run_task"

@@ -1,0 +1,74 @@
+"""The project and engine of this doit process, loaded once and shared by the tasks, the
+file checker, the reporter and the extra commands (keyed by project root)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+from ..declare.project import Project
+from ..engine.fastpath import FastPath, fast_path_of
+from ..plan.actions import Action, plan_project
+from ..plan.projectcache import load_project_cached
+
+
+@cache
+def project_at(root: str) -> Project:
+    return load_project_cached(Path(root))
+
+
+_only: dict[str, set[str]] = {}  # root -> the models this invocation needs, when known
+
+
+def only_models(root: str, models: set[str] | None) -> None:
+    """Plan only these models in this process (see `selection`); None: all of them."""
+    if models is not None:
+        _only[root] = models
+
+
+@cache
+def actions_at(root: str) -> dict[str, Action]:
+    """The plan, made once per process for the task loader and the engine alike."""
+    project = project_at(root)
+    if root in _only:
+        project = replace(project, models={n: m for n, m in project.models.items()
+                                            if n in _only[root]})
+    return plan_project(project)
+
+
+@cache
+def fast_path_at(root: str) -> FastPath:
+    """The last verdicts, answered without the engine (whose import a no-op never pays)."""
+    return fast_path_of(project_at(root))
+
+
+@cache
+def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `list` fast
+    from ..engine.engine import Engine
+
+    engine = Engine(project_at(root), progress=_to_terminal, actions=actions_at(root),
+                    fast=fast_path_at(root))
+    engine.stream_logs = verbosity(sys.argv[1:]) >= 2
+    return engine
+
+
+def verbosity(argv: list[str]) -> int:
+    """doit's `-v N` / `--verbosity N` / `-vN` (0 when absent)."""
+    for i, token in enumerate(argv):
+        if token in ("-v", "--verbosity") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif token.startswith("--verbosity="):
+            value = token.split("=", 1)[1]
+        elif token.startswith("-v") and token[2:].isdigit():
+            value = token[2:]
+        else:
+            continue
+        return int(value) if value.isdigit() else 0
+    return 0
+
+
+def _to_terminal(line: str) -> None:
+    """Heartbeats reach the person at the terminal at once (doit buffers task stdout)."""
+    print(line, file=sys.__stderr__, flush=True)

@@ -1,0 +1,353 @@
+"""hefbuild as doit tasks: the task dicts and the actions they run.
+
+`dodo.py` calls `project_tasks(root)` and gets `DOIT_CONFIG` plus one task creator. Task
+actions and up-to-date checks are module-level functions taking (root, task) so they
+survive pickling under `doit -n N -P process`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from doit.exceptions import TaskFailed
+
+from ..declare.project import STATE_DIR, Project
+from ..declare.specs import ModelSpec
+from ..declare.targets import Keep
+from ..declare.variants import VARIANT_SEP
+from ..errors import HefbuildError
+from ..plan.actions import Action, artifact_task, task_name
+from ..plan.selection import left_out, models_named, unknown_task
+from .hooks import DigestChecker, HefbuildReporter
+from .session import actions_at, engine_for, fast_path_at, only_models, project_at
+
+_interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
+
+
+def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:
+    if _interrupted:
+        return TaskFailed(f"{task}: not started, the run was interrupted at {_interrupted[0]}")
+    try:
+        return engine_for(root).run(task, force=forced(task, sys.argv[1:]))
+    except HefbuildError as exc:
+        return TaskFailed(str(exc))
+    except KeyboardInterrupt:
+        _interrupted.append(task)
+        return TaskFailed(f"{task}: interrupted (Ctrl-C); the stage was stopped and nothing "
+                          f"of it was recorded")
+
+
+def forced(task: str, argv: list[str]) -> bool:
+    """`doit -a TASK` rebuilds TASK itself, as in doit; its dependencies are still
+    restored or left as they are (re-running a 4-hour compile to re-check a device
+    is never what `-a verify:x` means)."""
+    if not {"-a", "--always-execute"} & set(argv):
+        return False
+    named = {a for a in argv if not a.startswith("-")}
+    return task in named or task.split(":")[0] in named
+
+
+def check_uptodate(root: str, task: str) -> bool:
+    """The last verdict while nothing it read changed; else the engine decides. For `doit
+    list --status` and `doit info` (nothing runs first) an upstream that would run makes
+    its downstream not up to date either, as `doit status` and `doit explain` say."""
+    try:
+        if not _own_uptodate(root, task):
+            return False
+        if not _inspecting(sys.argv[1:]):
+            return True  # in a run, doit asks only after the upstream tasks are done
+        action = actions_at(root)[task]
+        return all(check_uptodate(root, task_name(up, action.model)) for up in action.upstream)
+    except KeyboardInterrupt:
+        print(f"hefbuild: interrupted (Ctrl-C) while checking {task}", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _own_uptodate(root: str, task: str) -> bool:
+    action = actions_at(root)[task]
+    if fast_path_at(root).answer(task, action.toolchain) is not None:
+        return True
+    return engine_for(root).is_uptodate(task)
+
+
+def _inspecting(argv: list[str]) -> bool:
+    words = [w for w in argv if not w.startswith("-")]
+    return bool(words) and words[0] in ("list", "info")
+
+
+# doit inspects every uptodate callable's signature once per task (for its magic `task`
+# and `values` arguments); a signature set once is returned without re-deriving it.
+check_uptodate.__signature__ = inspect.signature(check_uptodate)  # type: ignore[attr-defined]
+
+
+def lock_hub_model(root: str, model: str) -> dict[str, Any] | TaskFailed:
+    from ..execute.hub import lock_model
+
+    try:
+        return lock_model(project_at(root), model)
+    except HefbuildError as exc:
+        return TaskFailed(str(exc))
+
+
+def keep_output(root: str, model: str, name: str, stage: str, output: str,
+                dest: str) -> dict[str, Any] | TaskFailed:
+    """Copy a stage's last output into the project tree (a target's [[keep]]), where a
+    parameter of a later build can name it (e.g. a placement to replay)."""
+    src = Path(root) / "build" / model / stage / output
+    rel = dest.format(model=model)
+    target = Path(root) / rel
+    if not src.is_file():
+        return TaskFailed(f"{name}:{model}: no {stage} result in build/{model}/{stage}/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_bytes(src.read_bytes())
+    tmp.replace(target)
+    return {name: rel}
+
+
+def clean_stage(root: str, task: str) -> None:
+    """`doit clean TASK`: the stage's folders leave build/; its result stays in the store,
+    so the next `doit TASK` restores it without running the rule."""
+    import shutil
+
+    from ..store.projectlock import ProjectLock
+
+    action = actions_at(root)[task]
+    lock = ProjectLock(Path(root) / STATE_DIR / "lock")
+    lock.acquire(True, lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        folder = Path(root) / "build" / action.model
+        gone = [p for p in (folder / action.stage, folder / f"{action.stage}.failed",
+                            folder / f"{action.stage}.failed.log") if p.exists()]
+        for path in gone:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        fast = fast_path_at(root)
+        fast.drop(task)
+        fast.save()
+    finally:
+        lock.release()
+    where = ", ".join(p.relative_to(root).as_posix() for p in gone) or "nothing to remove"
+    print(f"{task}: removed {where}; the store keeps its result (`doit {task}` restores it)")
+
+
+def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:
+    """DOIT_CONFIG and the task creator for the project at `root`; exits on bad input."""
+    try:
+        project = project_at(str(root.absolute()))
+    except HefbuildError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    (project.paths.state).mkdir(exist_ok=True)
+    selected = models_named(sys.argv[1:], set(project.models) | set(project.broken),
+                            set(project.toolchains))
+    _say_broken(project, selected)
+    selected = _without_manual(project, selected)
+    typo = unknown_task(sys.argv[1:], task_names(project))
+    if typo is not None:
+        print(f"ERROR: {typo}", file=sys.stderr)
+        raise SystemExit(3)
+    only_models(str(project.paths.root), selected)
+    config = {
+        # A failed model must not stop the others (doit -c): each group ends with a table.
+        "continue": True,
+        # doit's own records decide nothing here (the uptodate check compares keys, and the
+        # project lock keeps one doit per project): one JSON file read once beats a query
+        # and a JSON decode per task.
+        "dep_file": f"{STATE_DIR}/doit.json",
+        "backend": "json",
+        "check_file_uptodate": DigestChecker.bound_to(str(project.paths.root)),
+        "reporter": HefbuildReporter.bound_to(str(project.paths.root)),
+        "default_tasks": [task_name(m.pipeline.check, m.name) for m in project.models.values()
+                          if m.pipeline.default_checks and m.pipeline.check and not m.manual],
+    }
+
+    def task_hefbuild() -> Iterator[dict]:
+        yield from _task_dicts(project, selected)
+
+    task_hefbuild.__doc__ = "hefbuild stages (models/*.toml)"
+    return config, task_hefbuild
+
+
+def task_names(project: Project) -> set[str]:
+    """Every task and group name the project's declarations make (no plan needed)."""
+    names: set[str] = set()
+    for model in project.models.values():
+        bases = [s.name for s in model.pipeline.stages] + _extra_bases(model)
+        if (model.source.hub or model.source.path) and not model.variant_of:
+            bases.append("lock")
+        names |= set(bases) | {f"{b}:{model.name}" for b in bases}
+    images = {f"image:{tc.name}" for tc in project.toolchains.values()
+              if tc.kind == "docker" and "context" in tc.image}
+    return names | images | ({"image"} if images else set())
+
+
+def _say_broken(project: Project, selected: set[str] | None) -> None:
+    """A bad model file named on the command line stops the run with its one line (nothing
+    is built or stored); any other one is one warning line, and its tasks are left out."""
+    named = sorted(m for m in project.broken if selected is not None and m in selected
+                   or m in _variants_named(sys.argv[1:]))
+    if named:
+        print(f"ERROR: {project.broken[named[0]]}", file=sys.stderr)
+        raise SystemExit(3)
+    for error in project.broken.values():
+        print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
+
+
+def _without_manual(project: Project, selected: set[str] | None) -> set[str] | None:
+    """A run of groups or defaults leaves out the manual models (said once, with why);
+    naming one of their tasks runs it."""
+    out = left_out(sys.argv[1:], {n for n, m in project.models.items() if m.manual})
+    if not out:
+        return selected
+    names = sorted(n for n in out if not project.models[n].variant_of)
+    print(f"hefbuild: left out of this run, as their [model] manual says: {', '.join(names)} "
+          f"(name a task to build one, e.g. `doit {_example(project, names[0])}`)",
+          file=sys.stderr)
+    return (selected if selected is not None else set(project.models)) - out
+
+
+def _example(project: Project, model: str) -> str:
+    spec = project.models[model]
+    return task_name(spec.pipeline.check or spec.pipeline.stages[-1].name, model)
+
+
+def _variants_named(argv: list[str]) -> set[str]:
+    """The base models of the variants a command line names (`<task>:<model>@<variant>`): a
+    broken base file is the variant's error too."""
+    return {w.partition(":")[2].partition(VARIANT_SEP)[0] for w in argv
+            if VARIANT_SEP in w.partition(":")[2]}
+
+
+def build_toolchain_image(root: str, name: str) -> dict[str, Any] | TaskFailed:
+    from ..execute.images import build_image
+
+    try:
+        return build_image(project_at(root), name)
+    except HefbuildError as exc:
+        return TaskFailed(str(exc))
+
+
+def check_image_current(root: str, name: str) -> bool:
+    from ..execute.images import image_is_current
+
+    return image_is_current(project_at(root), name)
+
+
+def _image_tasks(project: Project) -> Iterator[dict]:
+    root = str(project.paths.root)
+    for tc in project.toolchains.values():
+        if tc.kind == "docker" and "context" in tc.image:
+            yield {"basename": "image", "name": tc.name,
+                   "actions": [(build_toolchain_image, [root, tc.name])],
+                   "uptodate": [(check_image_current, [root, tc.name])],
+                   "doc": f"build the image of toolchain {tc.name} from {tc.image['context']} "
+                          f"and pin its ID in toolchain/{tc.name}.lock.json"}
+
+
+def _extra_bases(model: ModelSpec) -> list[str]:
+    """The target's alias and keep tasks, beside its stages."""
+    art = model.pipeline.artifact
+    return ([art.alias] if art and art.alias else []) + [k.name for k in _keeps(model)]
+
+
+def _keeps(model: ModelSpec) -> list[Keep]:
+    """A variant keeps an output only where the file is its own (`{model}` in the dest names
+    `<model>@<variant>`): it must never overwrite the base model's file."""
+    return [k for k in model.pipeline.keep if not model.variant_of or "{model}" in k.dest]
+
+
+def group_docs(project: Project) -> dict[str, str]:
+    """What `doit list` says of each group: the first target (by name) that says it."""
+    docs: dict[str, str] = {}
+    for model in sorted(project.models.values(), key=lambda m: m.target):
+        spec = model.pipeline
+        pairs = [(s.name, s.group_doc) for s in spec.stages]
+        if spec.artifact and spec.artifact.alias:
+            pairs.append((spec.artifact.alias, spec.artifact.group_doc))
+        pairs += [(k.name, k.group_doc) for k in spec.keep]
+        for name, doc in pairs:
+            if doc:
+                docs.setdefault(name, doc)
+    return {**docs, **GROUP_DOCS}
+
+
+# What `doit list` says of the groups hefbuild itself makes (a group: every model's task).
+GROUP_DOCS = {
+    "lock": "pin each hub or local model's files (commit and SHA-256s)",
+    "image": "build and pin each docker toolchain's image",
+}
+
+
+def _group_heads(basenames: set[str], docs: dict[str, str]) -> Iterator[dict]:
+    """A dict with `name: None` is doit's group task itself: its own description."""
+    for base in sorted(basenames):
+        yield {"basename": base, "name": None,
+               "doc": docs.get(base, f"the {base} stage of every model")}
+
+
+def _task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
+    tasks = list(_model_task_dicts(project, selected))
+    yield from _group_heads({t["basename"] for t in tasks}, group_docs(project))
+    yield from tasks
+
+
+def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
+    root = str(project.paths.root)
+    yield from _image_tasks(project)
+    by_model: dict[str, list[Action]] = {}
+    for action in actions_at(root).values():
+        by_model.setdefault(action.model, []).append(action)
+    for model in project.models.values():
+        if selected is not None and model.name not in selected:
+            continue
+        for action in by_model.get(model.name, []):
+            yield _stage_task(project, action)
+        yield from _target_task_dicts(root, model)
+        if model.variant_of:
+            continue  # its source and lock are the base model's: `lock:<base>`
+        if model.source.hub:
+            yield {"basename": "lock", "name": model.name,
+                   "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
+                   "doc": f"pin {model.source.hub}@{model.source.revision} to a commit "
+                          f"and file digests (needs hub access or the revision cached)"}
+        elif model.source.path:
+            yield {"basename": "lock", "name": model.name,
+                   "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
+                   "doc": f"record the sha256 of every checkpoint file in "
+                          f"{model.source.path}"}
+
+
+def _target_task_dicts(root: str, model: ModelSpec) -> Iterator[dict]:
+    """The target's alias of its artifact (`<alias>:<model>`) and its keep tasks."""
+    art, producer = model.pipeline.artifact, artifact_task(model)
+    if art and art.alias and producer:
+        where = f"build/{model.name}/{art.stage}/{art.file}"
+        yield {"basename": art.alias, "name": model.name, "actions": None,
+               "task_dep": [producer], "doc": f"the {art.alias} of {model.name} ({where})"}
+    for keep in _keeps(model):
+        dest = keep.dest.format(model=model.name)
+        yield {"basename": keep.name, "name": model.name,
+               "actions": [(keep_output, [root, model.name, keep.name, keep.stage,
+                                          keep.output, keep.dest])],
+               "task_dep": [task_name(keep.stage, model.name)], "uptodate": [False],
+               "doc": f"keep {keep.stage}'s {keep.output} of {model.name} in the project "
+                      f"({dest})"}
+
+
+def _stage_task(project: Project, action: Action) -> dict:
+    """No file_dep: the rule's code and file parameters are in the key, which the uptodate
+    check compares (and doit would stat and look up each file a second time)."""
+    root = str(project.paths.root)
+    return {
+        "basename": action.stage,
+        "name": action.model,
+        "actions": [(run_task, [root, action.task])],
+        "uptodate": [(check_uptodate, [root, action.task])],
+        "task_dep": [task_name(up, action.model) for up in (*action.upstream, *action.after)],
+        "clean": [(clean_stage, [root, action.task])],
+        "doc": f"{action.stage} {action.model} ({action.target}, toolchain {action.toolchain})",
+    }

@@ -1,0 +1,527 @@
+"""Declarations as typed values: `models/*.toml` and `toolchain/*.toml` (targets: targets.py).
+
+Loading checks every key against a schema and raises `SpecError` naming the file, the
+key path and what was expected; nothing is built from a file that did not load.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecError
+from .declfile import _only_keys, _table, read_toml
+from .names import NAME_MAX, fits_name_max, key_part, model_name_problem
+from .names import shown as shown_name
+from .params import ParamDef, check_value, normalize
+from .params import ParamType as T
+from .resources import KEY as RESOURCES
+from .resources import merged, parse_resources
+from .targets import COMMON_STAGE_KEYS, StageDef, TargetSpec, load_targets
+from .variants import VARIANT_SEP, merge_stages, parse_variants, variant_name
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+SECRET_ENV_RE = re.compile(
+    r"(^|_)(TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIALS?|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I)
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+SYNTHETIC_KEYS: dict[str, ParamDef] = {
+    "architecture": ParamDef(T.STR, required=True, choices=("llama", "qwen2", "mistral", "qwen3")),
+    "seed": ParamDef(T.INT, required=True),
+    "hidden_size": ParamDef(T.INT, 64, minimum=8),
+    "intermediate_size": ParamDef(T.INT, 128, minimum=8),
+    "num_hidden_layers": ParamDef(T.INT, 2, minimum=1),
+    "num_attention_heads": ParamDef(T.INT, 4, minimum=1),
+    "num_key_value_heads": ParamDef(T.INT, 2, minimum=1),
+    "head_dim": ParamDef(T.INT, minimum=1),
+    "vocab_size": ParamDef(T.INT, 384, minimum=300),
+    # Rows of the embedding / lm_head when larger than the tokenizer (a >32000 vocabulary
+    # exercises a compiler's lm_head split without a huge tokenizer).
+    "model_vocab_size": ParamDef(T.INT, minimum=300),
+    "max_position_embeddings": ParamDef(T.INT, 256, minimum=16),
+    "rope_theta": ParamDef(T.FLOAT, minimum=1.0),
+    "tie_word_embeddings": ParamDef(T.BOOL),
+    "sliding_window": ParamDef(T.INT, minimum=1),
+    "train_steps": ParamDef(T.INT, 0, minimum=0),
+    "corpus": ParamDef(T.FILE, "data/corpus/tiny-stories.txt"),
+}
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where the checkpoint comes from: a pinned hub revision, a local checkpoint folder, or a
+    synthetic recipe. A hub or local source is fixed-output: every file's SHA-256 is known
+    (declared under [source.files] or read from its lock file)."""
+
+    hub: str | None = None
+    revision: str | None = None
+    files: dict[str, str] = field(default_factory=dict)  # name -> sha256
+    synthetic: dict[str, Any] | None = None
+    # A local checkpoint folder, absolute (as declared: `~` expanded, relative to the
+    # project root). Only fetch reads it; it never enters a key, so moving it changes nothing.
+    path: str | None = None
+    lock: str | None = None  # project-relative lock file, when not models/<model>.lock.json
+
+    @property
+    def pinned(self) -> bool:
+        if self.synthetic is not None:
+            return True
+        if self.path is not None:
+            return bool(self.files)
+        return (self.revision is not None and COMMIT_RE.match(self.revision) is not None
+                and bool(self.files))
+
+
+@dataclass(frozen=True)
+class StageLimits:
+    """Where a stage runs and under which limits (from the model, else the toolchain)."""
+
+    timeout_s: float | None = None
+    memory_bytes: int | None = None
+    gpu: bool = False
+    resources: dict[str, float] = field(default_factory=dict)  # the target's, then the model's
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    file: str  # project-relative, for error lines
+    target: str
+    pipeline: TargetSpec  # the target's declaration, shared by its models
+    toolchain: str
+    source: SourceSpec
+    stages: dict[str, dict[str, Any]]  # stage -> resolved params (defaults applied)
+    stage_toolchains: dict[str, str]
+    description: str = ""
+    stage_limits: dict[str, StageLimits] = field(default_factory=dict)
+    # A variant (`<model>@<name>`, from `[variants.<name>]`) names the model it derives from;
+    # a base model carries its variants, fully resolved (the project lists them as models).
+    variant_of: str = ""
+    variants: tuple[ModelSpec, ...] = ()
+    # Why this model is left out of groups and default runs (`doit`, `doit verify`); its
+    # tasks run when named. Empty: an ordinary model.
+    manual: str = ""
+
+
+@dataclass(frozen=True)
+class ToolchainSpec:
+    name: str
+    file: str
+    kind: str
+    interpreter: str = "current"
+    packages: dict[str, str] = field(default_factory=dict)  # distribution -> required version
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)  # timeout (s), memory (bytes), cpus
+    image: dict[str, Any] = field(default_factory=dict)  # docker: context, tag, reference
+    wheels: dict[str, str] = field(default_factory=dict)  # docker: file -> sha256
+    device: dict[str, Any] = field(default_factory=dict)  # ssh/local: see _device
+    venv: dict[str, str] = field(default_factory=dict)  # venv: python (base), requirements
+    # docker: where a missing wheel is downloaded from (said when one is missing); no key
+    wheels_source: str = ""
+    resources: dict[str, float] = field(default_factory=dict)  # every stage's in it (no key)
+
+
+LIMIT_KEYS = {
+    "timeout": ParamDef(T.DURATION),
+    "memory": ParamDef(T.SIZE),
+    "cpus": ParamDef(T.FLOAT, minimum=0.01),
+}
+
+
+def check_params(
+    table: dict[str, Any], schema: dict[str, ParamDef], shown: str, path: str, root: Path,
+    model: str = "",
+) -> dict[str, Any]:
+    """Validate `table` against `schema`; return it with defaults filled in.
+
+    A FILE default may name the model as `{model}` (e.g. `placements/{model}.auto.alls`).
+    """
+    _only_keys(table, schema, shown, path)
+    resolved: dict[str, Any] = {}
+    for key, pdef in schema.items():
+        if key not in table:
+            if pdef.required:
+                raise SpecError(shown, f"{path}.{key}", f"required: {pdef.type.value}")
+            if pdef.default is not None:
+                default = pdef.default
+                resolved[key] = default.format(model=model) if pdef.type is T.FILE else default
+            continue
+        problem = check_value(table[key], pdef)
+        if problem:
+            raise SpecError(shown, f"{path}.{key}", f"expected {problem}")
+        resolved[key] = normalize(table[key], pdef)
+    for key, pdef in schema.items():
+        if pdef.when is not None and not resolved.get(pdef.when):
+            resolved.pop(key, None)
+    for key, pdef in schema.items():
+        if pdef.type is T.FILE and key in resolved:
+            _check_project_file(resolved[key], root, shown, f"{path}.{key}")
+    return resolved
+
+
+def _check_project_file(value: str, root: Path, shown: str, key: str) -> None:
+    rel = Path(value)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise SpecError(shown, key, f"a path inside the project, relative to its root, "
+                        f"got {value!r}")
+    if not fits_name_max(value):  # else stat() raises ENAMETOOLONG
+        raise SpecError(shown, key, f"a path whose every part fits the file system's limit, "
+                        f"got {shown_name(value)}")
+    if not (root / rel).is_file():
+        raise SpecError(shown, key, f"file {value!r} does not exist (paths are project-relative)")
+    real = (root / rel).resolve()
+    if not real.is_relative_to(root.resolve()):
+        raise SpecError(shown, key, f"a file inside the project, got {value!r}, a link to a "
+                        f"file outside it")
+
+
+def load_model(path: Path, root: Path, toolchains: set[str],
+               targets: dict[str, TargetSpec] | None = None) -> ModelSpec:
+    """`targets`: the project's, loaded once for all its models (else read here)."""
+    shown = path.relative_to(root).as_posix()
+    shown = shown if shown.isprintable() else repr(shown)  # a newline in a file name
+    targets = load_targets(root) if targets is None else targets
+    doc = read_toml(path, shown)
+    _only_keys(doc, {"model", "source", "stages", "variants"}, shown, "")
+    if VARIANT_SEP in path.stem:
+        raise SpecError(shown, "", f"a model file name without {VARIANT_SEP!r} (it separates "
+                        f"a model from its variant in task names)")
+    problem = model_name_problem(path.stem)
+    if problem:
+        raise SpecError(shown, "", problem)
+    model = _table(doc, "model", shown, "model")
+    _only_keys(model, {"target", "toolchain", "description", "chat", "manual"}, shown, "model")
+    target = model.get("target")
+    if target not in targets:
+        raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(targets))
+                        + f", got {target!r}")
+    toolchain = _toolchain_name(model.get("toolchain", "host"), toolchains, shown,
+                                "model.toolchain")
+    pipeline = targets[target]
+    # A target without a source stage reads no checkpoint: its models need no [source].
+    needs_source = pipeline.source_stage() is not None or "source" in doc
+    source = (_load_source(_table(doc, "source", shown, "source"), shown, root)
+              if needs_source else SourceSpec())
+    chat = model.get("chat", False)
+    if not isinstance(chat, bool):
+        raise SpecError(shown, "model.chat", f"true or false, got {chat!r}")
+    given = _table(doc, "stages", shown, "stages")
+    head = ModelSpec(path.stem, shown, target, pipeline, toolchain, source, {}, {},
+                     str(model.get("description", "")), manual=_manual(model, shown))
+    model_tc = toolchain if "toolchain" in model else None
+    base = _staged(head, given, "stages", model_tc, toolchains, root, chat)
+    variants = tuple(
+        _staged(replace(head, name=variant_name(head.name, v.name), variant_of=head.name),
+                merge_stages(given, v.stages), f"variants.{v.name}.stages", model_tc,
+                toolchains, root, chat)
+        for v in parse_variants(doc.get("variants", {}), shown))
+    for spec in (base, *variants):
+        _check_keeps(spec)
+    return replace(base, variants=variants)
+
+
+def _manual(model: dict[str, Any], shown: str) -> str:
+    reason = model.get("manual", "")
+    if not isinstance(reason, str) or "\n" in reason or (reason == "" and "manual" in model):
+        raise SpecError(shown, "model.manual", "one line saying why the model is left out of "
+                        f"groups (it builds when named), got {reason!r}"[:160])
+    return reason.strip()
+
+
+def _check_keeps(model: ModelSpec) -> None:
+    """A target's keep destination that names `{model}` fits the file system with this
+    model's name (a long variant name plus a long suffix could not be written), with room
+    for the `.tmp` it is written through."""
+    for keep in model.pipeline.keep:
+        dest = keep.dest.format(model=model.name)
+        if "{model}" in keep.dest and not fits_name_max(dest + ".tmp"):
+            where = f"variants.{key_part(model.name.partition(VARIANT_SEP)[2])}" \
+                if model.variant_of else ""
+            raise SpecError(model.file, where, f"a shorter name: target {model.target} keeps "
+                            f"{keep.output} as {shown_name(dest)}, a file name over "
+                            f"{NAME_MAX} bytes")
+
+
+def _staged(head: ModelSpec, table: dict[str, Any], prefix: str, model_tc: str | None,
+            toolchains: set[str], root: Path, chat: bool) -> ModelSpec:
+    """`head` with its stages resolved from `table`, which is at `prefix` in its file."""
+    stages, stage_tcs, limits = _load_stages(table, head.pipeline.stage_defs(), model_tc,
+                                             toolchains, head.file, root, head.name, chat,
+                                             prefix)
+    return replace(head, stages=stages, stage_toolchains=stage_tcs, stage_limits=limits)
+
+
+def _toolchain_name(value: Any, known: set[str], shown: str, key: str) -> str:
+    if not isinstance(value, str) or value not in known:
+        names = ", ".join(sorted(known))
+        raise SpecError(shown, key, f"a toolchain declared in toolchain/ ({names}), got {value!r}")
+    return value
+
+
+def _load_source(table: dict[str, Any], shown: str, root: Path) -> SourceSpec:
+    _only_keys(table, {"hub", "revision", "files", "synthetic", "path", "lock"}, shown,
+               "source")
+    if "synthetic" in table:
+        if "hub" in table or "path" in table:
+            other = "hub + revision" if "hub" in table else "path"
+            raise SpecError(shown, "source", f"either {other} or [source.synthetic], not both")
+        if "lock" in table or "files" in table:
+            key = "lock" if "lock" in table else "files"
+            raise SpecError(shown, f"source.{key}", "only with source.hub or source.path "
+                            "(a synthetic model is made, not downloaded)")
+        synthetic = _table(table, "synthetic", shown, "source.synthetic")
+        params = check_params(synthetic, SYNTHETIC_KEYS, shown, "source.synthetic", root)
+        return SourceSpec(synthetic=params)
+    if "hub" in table and "path" in table:
+        raise SpecError(shown, "source", "either hub + revision or path, not both")
+    files = _table(table, "files", shown, "source.files")
+    for name, sha in files.items():
+        if not isinstance(sha, str) or not SHA256_RE.match(sha):
+            raise SpecError(shown, f"source.files.{name}", "a sha256 hex digest")
+    lock = _source_lock(table.get("lock"), shown)
+    if "path" in table:
+        if "revision" in table:
+            raise SpecError(shown, "source.revision", "only with source.hub (a local folder "
+                            "has no revisions: its files' digests pin it)")
+        folder = _source_folder(table["path"], shown, root)
+        return SourceSpec(path=folder, files=dict(files), lock=lock)
+    hub, revision = table.get("hub"), table.get("revision")
+    if isinstance(hub, str) and _looks_like_path(hub):
+        raise SpecError(shown, "source.hub", f"a hub repository id like 'org/name', got "
+                        f"{hub!r} (a local folder? use source.path)")
+    if not isinstance(hub, str) or "/" not in hub:
+        raise SpecError(shown, "source.hub", "a hub repository id like 'org/name' "
+                        "(or source.path, or a [source.synthetic] table)")
+    if not isinstance(revision, str) or not revision:
+        raise SpecError(shown, "source.revision", "a 40-hex commit hash of the hub repository")
+    return SourceSpec(hub=hub, revision=revision, files=dict(files), lock=lock)
+
+
+def _looks_like_path(hub: str) -> bool:
+    """`/data/ckpt`, `~/ckpt`, `./ckpt`, `a/b/c`, `C:\\ckpt`: a folder, not `org/name`."""
+    return hub.startswith(("/", "~", ".")) or "\\" in hub or hub.count("/") > 1
+
+
+def _source_folder(value: Any, shown: str, root: Path) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(shown, "source.path", "a checkpoint folder (absolute, ~/…, or "
+                        "relative to the project root)")
+    folder = Path(value).expanduser()
+    if not folder.is_absolute():
+        folder = root.absolute() / folder
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise SpecError(shown, "source.path", f"folder '{value}' {what}")
+    return str(Path(os.path.normpath(folder)))
+
+
+def _source_lock(value: Any, shown: str) -> str | None:
+    """A lock shared by models of one repository and revision: `models/<name>.lock.json`
+    (in models/, where the project cache sees it change)."""
+    if value is None:
+        return None
+    rel = Path(value) if isinstance(value, str) else None
+    if (rel is None or rel.is_absolute() or len(rel.parts) != 2 or rel.parts[0] != "models"
+            or not rel.name.endswith(".lock.json") or rel.name == ".lock.json"):
+        raise SpecError(shown, "source.lock",
+                        f"a lock file models/<name>.lock.json, got {value!r}")
+    return rel.as_posix()
+
+
+def _load_stages(
+    table: dict[str, Any], defs: dict[str, StageDef], model_tc: str | None,
+    toolchains: set[str], shown: str, root: Path, model: str, chat: bool = False,
+    prefix: str = "stages",
+) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, StageLimits]]:
+    """`prefix`: where the tables are in the file (a variant's are under `variants.<name>`)."""
+    _only_keys(table, defs, shown, prefix)
+    stages, stage_tcs, limits = {}, {}, {}
+    for name, sdef in defs.items():
+        given = _table(table, name, shown, f"{prefix}.{name}")
+        if "chat" in sdef.params and "chat" not in given:
+            given = {**given, "chat": chat}  # [model] chat: every stage that formats prompts
+        given = {**{k: stages[p.inherit][k] for k, p in sdef.params.items()
+                    if p.inherit in stages and k in stages[p.inherit]}, **given}
+        schema = {**sdef.params, **COMMON_STAGE_KEYS}
+        resources = merged(sdef.resources, parse_resources(
+            given.pop(RESOURCES, {}), shown, f"{prefix}.{name}.resources"))
+        resolved = check_params(given, schema, shown, f"{prefix}.{name}", root, model)
+        tc = resolved.pop("toolchain") if "toolchain" in resolved else model_tc or sdef.toolchain
+        stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"{prefix}.{name}.toolchain")
+        limits[name] = StageLimits(resolved.pop("timeout", None), resolved.pop("memory", None),
+                                   resolved.pop("gpu", sdef.gpu), resources)
+        stages[name] = resolved
+    return stages, stage_tcs, limits
+
+
+TOOLCHAIN_KINDS = ("host", "docker", "ssh", "local", "venv")
+_DEVICE_KEYS = {"kind", "interpreter", "description", "host", "user", "port", "key_file",
+                "remote_dir", "host_key", "known_hosts"}
+_TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description"},
+                   "ssh": _DEVICE_KEYS,
+                   "local": _DEVICE_KEYS - {"host", "user", "port", "host_key", "known_hosts"},
+                   "docker": {"kind", "interpreter", "description", "context", "tag", "image",
+                              "wheels_source"},
+                   "venv": {"kind", "python", "requirements", "description"}}
+
+
+def load_toolchain(path: Path, root: Path) -> ToolchainSpec:
+    shown = path.relative_to(root).as_posix()
+    doc = read_toml(path, shown)
+    _only_keys(doc, {"toolchain", "packages", "env", "limits", "wheels", "pins", "retry",
+                     RESOURCES}, shown, "")
+    tc = _table(doc, "toolchain", shown, "toolchain")
+    kind = tc.get("kind")
+    if kind not in TOOLCHAIN_KINDS:
+        raise SpecError(shown, "toolchain.kind", "one of " + ", ".join(TOOLCHAIN_KINDS))
+    _only_keys(tc, _TOOLCHAIN_KEYS[kind], shown, "toolchain")
+    interpreter = tc.get("interpreter", "current" if kind == "host" else "python3")
+    if not isinstance(interpreter, str) or not interpreter:
+        raise SpecError(shown, "toolchain.interpreter", "'current' or a path to a python")
+    limits = check_params(_table(doc, "limits", shown, "limits"), LIMIT_KEYS, shown, "limits",
+                          root)
+    image = _docker_image(tc, shown, root, path.stem) if kind == "docker" else {}
+    device = _device(doc, tc, shown, root) if kind in ("ssh", "local") else {}
+    venv = _venv(tc, shown, root) if kind == "venv" else {}
+    wheels = _str_table(doc, "wheels", shown)
+    for name, sha in wheels.items():
+        if sha and not SHA256_RE.match(sha):  # "" = not pinned yet: the image will not build
+            raise SpecError(shown, f"wheels.{name}", "a sha256 hex digest of the wheel")
+    env = _str_table(doc, "env", shown)
+    for name in env:
+        if SECRET_ENV_RE.search(name):
+            raise SpecError(shown, f"env.{name}", "no secrets in a toolchain's environment (it "
+                            "enters every key and manifest): export it in your shell; fetch "
+                            "gets the hub's token from there")
+    return ToolchainSpec(path.stem, shown, kind, interpreter, _str_table(doc, "packages", shown),
+                         env, str(tc.get("description", "")),
+                         limits, image, wheels, device, venv,
+                         _wheels_source(tc, shown),
+                         parse_resources(doc.get(RESOURCES, {}), shown, RESOURCES))
+
+
+def _wheels_source(tc: dict[str, Any], shown: str) -> str:
+    value = tc.get("wheels_source", "")
+    if not isinstance(value, str):
+        raise SpecError(shown, "toolchain.wheels_source", f"a string, got {value!r}")
+    return value
+
+
+def _venv(tc: dict[str, Any], shown: str, root: Path) -> dict[str, str]:
+    """A second Python environment made by hefbuild: a base interpreter and a lock file of
+    exact pins under toolchain/ (hefbuild.venvs)."""
+    python = tc.get("python", "python3")
+    if not isinstance(python, str) or not python:
+        raise SpecError(shown, "toolchain.python", "the base interpreter, e.g. 'python3'")
+    lock = tc.get("requirements")
+    if not isinstance(lock, str) or not lock:
+        raise SpecError(shown, "toolchain.requirements",
+                        "a lock file of exact pins, e.g. 'toolchain/<name>.requirements.txt'")
+    _check_project_file(lock, root, shown, "toolchain.requirements")
+    for n, line in enumerate((root / lock).read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-") and "==" not in line:
+            raise SpecError(shown, "toolchain.requirements", f"{lock} line {n}: an exact pin "
+                            f"'name==version', got {line!r}")
+    return {"python": python, "requirements": lock}
+
+
+DEVICE_KEYS = {
+    "host": ParamDef(T.STR),
+    "user": ParamDef(T.STR),
+    "port": ParamDef(T.INT, 22, minimum=1, maximum=65535),
+    "key_file": ParamDef(T.STR),
+    "remote_dir": ParamDef(T.STR, ".cache/hefbuild-device"),
+    # The device host's public key(s), `<type> <base64>` as in a known_hosts line without
+    # the host name (a string or a list); else a known_hosts file (default ~/.ssh/known_hosts).
+    "host_key": ParamDef(T.STR_LIST),
+    "known_hosts": ParamDef(T.STR),
+}
+RETRY_KEYS = {
+    "attempts": ParamDef(T.INT, 3, minimum=1, maximum=20),
+    "backoff": ParamDef(T.DURATION, 2.0),
+    "attempt_timeout": ParamDef(T.DURATION, 600.0),
+}
+
+
+def _device(doc: dict[str, Any], tc: dict[str, Any], shown: str, root: Path) -> dict[str, Any]:
+    """Where the device is and what it must run: connection (with the host key it must
+    present), pins, retry policy. Only the pins enter keys; the connection, the host key and
+    the retry policy never do."""
+    import base64
+    import binascii
+
+    given = {k: v for k, v in tc.items() if k in DEVICE_KEYS}
+    if isinstance(given.get("host_key"), str):
+        given["host_key"] = [given["host_key"]]
+    device = check_params(given, DEVICE_KEYS, shown, "toolchain", root)
+    key_types = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                 "ecdsa-sha2-nistp521", "ssh-rsa")
+    pinned = []
+    for text in device.get("host_key", []):
+        kind, b64 = (text.split() + ["", ""])[:2]
+        try:
+            blob = base64.b64decode(b64, validate=True) if kind in key_types else b""
+        except binascii.Error:
+            blob = b""
+        named = blob[4:4 + int.from_bytes(blob[:4], "big")]
+        if not b64 or named != kind.encode():
+            got = " ".join(text.split())
+            raise SpecError(shown, "toolchain.host_key", "expected a public host key "
+                            f"'<type> <base64>' with type one of {', '.join(key_types)}, "
+                            f"got {got if len(got) <= 60 else got[:57] + '...'!r}")
+        pinned.append(f"{kind} {b64}")
+    if "host_key" in device:
+        if not pinned:
+            raise SpecError(shown, "toolchain.host_key", "expected at least one host key")
+        if "known_hosts" in device:
+            raise SpecError(shown, "toolchain.known_hosts",
+                            "expected either host_key or known_hosts, not both")
+    known = device.get("known_hosts")
+    if known is not None and not known.startswith(("/", "~")):
+        raise SpecError(shown, "toolchain.known_hosts",
+                        f"expected an absolute path or one starting with ~, got {known!r}")
+    # The declared key is this host's only: HEFBUILD_DEVICE naming another does not inherit it.
+    declared_host = f"[{device.get('host')}]:{device['port']}" if tc["kind"] == "ssh" else "local"
+    device.update(declared_host=declared_host, declared_in=shown)
+    if pinned:
+        device.update(host_key=pinned, host_key_for=declared_host)
+    device["kind"] = tc["kind"]
+    # What the device must run (runtime, firmware: the vendor's names); they enter keys.
+    device["pins"] = _str_table(doc, "pins", shown)
+    if not device["pins"]:
+        raise SpecError(shown, "pins", "the versions the device must run, e.g. runtime and "
+                        "firmware (they enter the check's key)")
+    device["retry"] = check_params(_table(doc, "retry", shown, "retry"), RETRY_KEYS, shown,
+                                   "retry", root)
+    if tc["kind"] == "ssh" and not device.get("host"):
+        raise SpecError(shown, "toolchain.host", "the device host name (or HEFBUILD_DEVICE)")
+    return device
+
+
+def _docker_image(tc: dict[str, Any], shown: str, root: Path, name: str) -> dict[str, Any]:
+    """Either a build context under images/ (built by `doit image:<name>`), or a reference."""
+    context, reference = tc.get("context"), tc.get("image")
+    if (context is None) == (reference is None):
+        raise SpecError(shown, "toolchain.context",
+                        "either context (a folder under images/) or image (a reference)")
+    if context is not None:
+        if not isinstance(context, str) or not (root / context / "Dockerfile").is_file():
+            raise SpecError(shown, "toolchain.context",
+                            f"a folder holding a Dockerfile, got {context!r}")
+        return {"context": context, "tag": str(tc.get("tag", f"hefbuild/{name}:local"))}
+    if not isinstance(reference, str) or not reference:
+        raise SpecError(shown, "toolchain.image", "an image reference (name@sha256:…)")
+    return {"reference": reference}
+
+
+def _str_table(doc: dict[str, Any], key: str, shown: str) -> dict[str, str]:
+    table = _table(doc, key, shown, key)
+    for name, value in table.items():
+        if not isinstance(value, str):
+            raise SpecError(shown, f"{key}.{name}", f"a string, got {type(value).__name__}")
+    return dict(table)

@@ -1,0 +1,121 @@
+"""Declarations parsed once per change, not once per invocation.
+
+Loading validates every model and toolchain file (~1 ms a model): with 200 models that is
+most of a no-op `doit verify:one-model`. So the loaded models and toolchains are kept
+(pickled) with a stamp of what they were made from: the stat signature of every file in
+`models/`, `toolchain/` and `targets/` (the project's and hefbuild's own; TOML and lock
+files), the existence of every file a declaration
+names (file parameters, rules, Dockerfiles: loading checks they exist), and hefbuild's own loader
+code. Any difference, and the TOML is loaded and checked as before, with the same errors.
+Settings (`hefbuild.toml` and the environment) are read on every invocation.
+
+On disk: `.hefbuild/project.pickle` = (FORMAT, stamp, models, toolchains, broken models,
+named files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from dataclasses import replace
+from pathlib import Path
+
+from ..declare.project import Project, load_project
+from ..declare.targets import BUILTIN_TARGETS, TARGETS_DIR
+from .actions import plan_model
+
+FORMAT = 7  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
+# 7: a model says why it is manual
+# Relative to the package: every module that decides what loading yields.
+_LOADER_CODE = ("declare/specs.py", "declare/params.py", "declare/targets.py",
+                "declare/declfile.py", "declare/project.py", "declare/variants.py",
+                "declare/names.py", "declare/resources.py", "declare/phases.py",
+                "declare/settings.py", "plan/actions.py", "plan/projectcache.py")
+
+
+def declarations_stamp(root: Path, named: tuple[str, ...]) -> str:
+    """What the loaded declarations depend on, as one short string."""
+    h = hashlib.blake2b(digest_size=16)
+    folders = [("models", root / "models"), ("toolchain", root / "toolchain"),
+               ("targets", root / TARGETS_DIR), ("builtin targets", BUILTIN_TARGETS)]
+    for label, folder in folders:
+        h.update(f"\0[{label}]".encode())
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.name.endswith((".toml", ".json")):
+                h.update(f"\0{entry.name}\0{_sig(entry.path)}".encode())
+    code = Path(__file__).parents[1]
+    for name in _LOADER_CODE:
+        h.update(f"\0{name}\0{_sig(str(code / name))}".encode())
+    for rel in named:
+        h.update(f"\0{rel}\0{os.path.isfile(root / rel)}".encode())
+    return h.hexdigest()
+
+
+def load_project_cached(root: Path, store: Path | None = None) -> Project:
+    root = root.absolute()
+    cache = root / ".hefbuild" / "project.pickle"
+    cached = _read(cache)
+    if cached is not None:
+        stamp, models, toolchains, broken, named = cached
+        stamp_now = declarations_stamp(root, named)
+        if stamp == stamp_now:
+            project = load_project(root, store, declarations=(models, toolchains, broken))
+            return replace(project, stamp=stamp_now)
+    project = load_project(root, store, strict=False)
+    named = named_files(project)
+    stamp = declarations_stamp(root, named)
+    _write(cache, (FORMAT, stamp, project.models, project.toolchains, project.broken, named))
+    return replace(project, stamp=stamp)
+
+
+def named_files(project: Project) -> tuple[str, ...]:
+    """Every project file a declaration names and loading checked the existence of."""
+    actions = [a for m in project.models.values() for a in plan_model(m)]
+    files = {p for a in actions for p in a.file_params.values()}
+    # A project's target file names rules that loading checked exist.
+    files |= {f"rules/{a.rule}" for a in actions}
+    files |= {f"{tc.image['context']}/Dockerfile" for tc in project.toolchains.values()
+              if "context" in tc.image}
+    files |= {tc.venv["requirements"] for tc in project.toolchains.values() if tc.venv}
+    return tuple(sorted(files))
+
+
+def stamp_of(project: Project) -> str:
+    """The stamp the fast path folds into every task's fingerprint."""
+    return project.stamp or declarations_stamp(project.paths.root, named_files(project))
+
+
+def _sig(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "-"
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
+def _read(cache: Path) -> tuple | None:
+    try:
+        with open(cache, "rb") as f:
+            doc = pickle.load(f)
+    except Exception:  # noqa: BLE001 - any unreadable cache is a miss
+        return None
+    if not isinstance(doc, tuple) or len(doc) != 6 or doc[0] != FORMAT:
+        return None
+    return doc[1:]
+
+
+def _write(cache: Path, doc: tuple) -> None:
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            pickle.dump(doc, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, cache)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+

@@ -1,0 +1,128 @@
+"""Why a task would run: the difference between its last build and now, field by field.
+
+One verdict per task (`status_of`) serves `doit explain` and `doit status`, so the two never
+disagree; it is what the engine itself decides (`Engine.decide`), taken upstream first: a
+task whose upstream would run cannot be judged until that upstream's outputs exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine.engine import MANIFEST, Engine
+from ..errors import HefbuildError
+from ..plan.key import diff_descriptions
+from ..store.events import Outcome, read_json
+
+# What a build would do to a task: leave it, restore it, build it, or decide after upstream.
+UPTODATE, RESTORE, BUILD, NEVER, AFTER, REFUSED = (
+    "up to date", "would restore", "would build", "never built", "after upstream", "refused")
+
+REFUSED_UPSTREAM = "it is refused:"
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    task: str
+    kind: str  # one of the constants above
+    reason: str  # the first reason, one line
+    changes: tuple[str, ...] = ()  # `path: old -> new` since the last build in build/
+    key: str = ""
+    upstream: str = ""  # for AFTER: the earliest upstream task that would run
+    decided: str = ""  # the engine's own words (what `doit explain` says first)
+
+    @property
+    def will_run(self) -> bool:
+        return self.kind in (BUILD, NEVER)
+
+
+def status_of(engine: Engine, task: str) -> TaskStatus:
+    action = engine.actions[task]
+    try:
+        blocked = _first_stale_upstream(engine, task)
+        if blocked is not None:
+            up, why = blocked
+            return TaskStatus(task, AFTER, why, upstream=up)
+        decision = engine.decide(action)
+    except HefbuildError as exc:
+        return TaskStatus(task, REFUSED, str(exc))
+    key = decision.key.hex
+    if decision.outcome is Outcome.UPTODATE:
+        return TaskStatus(task, UPTODATE, "", key=key)
+    manifest = read_json(engine.paths.root / action.out_dir / MANIFEST)
+    changes: tuple[str, ...] = ()
+    if manifest is not None and "description" in manifest:
+        changes = tuple(diff_descriptions(manifest["description"], decision.key.description))
+    reason = decision.reason.split(";")[0]
+    if decision.outcome is Outcome.RESTORED:
+        return TaskStatus(task, RESTORE, reason, changes, key, decided=reason)
+    kind = BUILD if manifest is not None else NEVER
+    return TaskStatus(task, kind, changes[0] if changes else reason, changes, key,
+                      decided=reason)
+
+
+def explain_task(engine: Engine, task: str) -> list[str]:
+    status = status_of(engine, task)
+    action = engine.actions[task]
+    if status.kind == AFTER and status.reason.startswith(REFUSED_UPSTREAM):
+        return [f"{task}: would fail: upstream {status.upstream} "
+                f"{status.reason[len('it '):]}"]
+    if status.kind == AFTER:
+        return [f"{task}: would run after upstream {status.upstream}, which would run "
+                f"first: {status.reason}",
+                f"  its inputs are {status.upstream}'s outputs; if they come out "
+                f"byte-identical, {task} stays as it is (early cutoff)"]
+    if status.kind == REFUSED:
+        return [f"{task}: would fail: {status.reason}"]
+    if status.kind == UPTODATE:
+        return [f"{task}: up to date (key {status.key[:12]})"]
+    lines = [f"{task}: would run ({status.decided})"]
+    lines += _last_failure(engine, task)
+    lines += [f"  changed since the last build: {c}" for c in status.changes]
+    if status.kind == RESTORE:
+        lines.append(f"  the result for key {status.key[:12]} is in the store: it would be "
+                     f"restored, no rule run")
+    else:
+        lines.append(f"  no stored result for key {status.key[:12]}: rules/{action.rule} "
+                     f"would run")
+    return lines
+
+
+def running_log(engine: Engine, task: str) -> Path | None:
+    """The log a stage streams to while it runs, when it is running (or was killed)."""
+    action = engine.actions[task]
+    path = engine.paths.root / "build" / action.model / f"{action.stage}.running.log"
+    return path if path.is_file() else None
+
+
+def _first_stale_upstream(engine: Engine, task: str) -> tuple[str, str] | None:
+    """The earliest upstream task that is not up to date, with its reason."""
+    action = engine.actions[task]
+    for up in action.upstream:  # not `after`: ordering only, never part of the key
+        up_task = f"{up}:{action.model}"
+        deeper = _first_stale_upstream(engine, up_task)
+        if deeper is not None:
+            return deeper
+        try:
+            decision = engine.decide(engine.actions[up_task])
+        except HefbuildError as exc:
+            return up_task, f"{REFUSED_UPSTREAM} {exc}"
+        if decision.outcome is not Outcome.UPTODATE:
+            return up_task, decision.reason.split(";")[0]
+    return None
+
+
+def _last_failure(engine: Engine, task: str) -> list[str]:
+    """Where the last failed run of a task left its log and the outputs it wrote."""
+    action = engine.actions[task]
+    folder = engine.paths.root / "build" / action.model
+    log = folder / f"{action.stage}.failed.log"
+    if not log.is_file():
+        return []
+    line = f"  its last run failed: build/{action.model}/{log.name}"
+    kept = folder / f"{action.stage}.failed"
+    if kept.is_dir():
+        names = sorted(p.relative_to(folder).as_posix() for p in kept.rglob("*") if p.is_file())
+        line += "; what it wrote: " + ", ".join(f"build/{action.model}/{n}" for n in names)
+    return [line]

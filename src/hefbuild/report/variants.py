@@ -1,0 +1,128 @@
+"""A recipe sweep side by side: a model and its variants (`<model>@<variant>`), one column
+each, for the build report.
+
+Pure: it takes the report's per-model views and the manifests the snapshot read, and
+returns typed rows; report_variants_html.py draws them. A stage is shared when every
+column holds a result of one key (built once, restored for the others); its time is the
+rule's, when the result was built, so a shared stage shows the same seconds everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..declare.variants import VARIANT_SEP
+
+if TYPE_CHECKING:
+    from .content import Check, ModelReport, Stage
+
+AGREEMENT, TEACHER_FORCED = "agreement", "teacher-forced agreement"
+MEAN = ""  # the prompt of a check's row of means
+
+
+@dataclass(frozen=True)
+class StageCell:
+    state: str  # built, restored, … (report.StageState's value)
+    key: str | None
+    seconds: float | None  # what the rule took when the result was built
+    size: int | None  # bytes of the declared outputs
+
+
+@dataclass(frozen=True)
+class StageComparison:
+    stage: str
+    cells: tuple[StageCell, ...]  # one per column
+
+    @property
+    def keys(self) -> int:
+        """Distinct results among the columns that have one."""
+        return len({c.key for c in self.cells if c.key})
+
+    @property
+    def shared(self) -> bool:
+        return self.keys == 1 and all(c.key for c in self.cells)
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    check: str  # the check stage
+    prompt: str  # MEAN for the row of means
+    figure: str  # AGREEMENT or TEACHER_FORCED
+    values: tuple[float | None, ...]  # one per column
+
+
+@dataclass(frozen=True)
+class Sweep:
+    model: str  # the base model
+    columns: tuple[str, ...]  # model names: the base (when built) first, then its variants
+    stages: tuple[StageComparison, ...]
+    figures: tuple[FigureRow, ...]
+    passed: tuple[tuple[str, tuple[bool | None, ...]], ...]  # per check: its verdict per column
+
+
+def base_of(model: str) -> str:
+    return model.partition(VARIANT_SEP)[0]
+
+
+def compare_variants(models: Sequence[ModelReport],
+                     files: Mapping[str, dict[str, Any]]) -> tuple[Sweep, ...]:
+    """A sweep per model that has a variant with anything in build/; `models` in report
+    order (a base before its variants), `files` the snapshot's JSON by path."""
+    families: dict[str, list[ModelReport]] = {}
+    for m in models:
+        if m.touched:
+            families.setdefault(base_of(m.name), []).append(m)
+    return tuple(sweep(base, members, files) for base, members in families.items()
+                 if any(VARIANT_SEP in m.name for m in members))
+
+
+def sweep(base: str, members: Sequence[ModelReport],
+          files: Mapping[str, dict[str, Any]]) -> Sweep:
+    members = sorted(members, key=lambda m: (m.name != base, m.name))
+    stages = tuple(
+        StageComparison(stage.name, tuple(_cell(m.name, m.stages[i], files) for m in members))
+        for i, stage in enumerate(members[0].stages))
+    checks = [{c.stage: c for c in m.checks} for m in members]
+    order = list(dict.fromkeys(s for per in checks for s in per))
+    figures = tuple(row for stage in order for row in _figure_rows(stage, [c.get(stage)
+                                                                           for c in checks]))
+    passed = tuple((stage, tuple(_verdict(c.get(stage)) for c in checks)) for stage in order)
+    return Sweep(base, tuple(m.name for m in members), stages, figures, passed)
+
+
+def _cell(model: str, stage: Stage, files: Mapping[str, dict[str, Any]]) -> StageCell:
+    manifest = files.get(f"build/{model}/{stage.name}/manifest.json") or {}
+    if stage.key is None or manifest.get("key") != stage.key:
+        manifest = {}  # a running or failed stage: no result of its own to size
+    seconds = stage.build_seconds if stage.build_seconds is not None else stage.seconds
+    return StageCell(stage.state.value, stage.key, seconds, _size(manifest))
+
+
+def _size(manifest: dict[str, Any]) -> int | None:
+    outputs = manifest.get("outputs")
+    if not isinstance(outputs, dict):
+        return None
+    sizes = [o.get("size") for o in outputs.values() if isinstance(o, dict)]
+    return sum(s for s in sizes if isinstance(s, int)) if sizes else None
+
+
+def _verdict(check: Check | None) -> bool | None:
+    return None if check is None else check.passed
+
+
+def _figure_rows(stage: str, checks: list[Check | None]) -> Iterable[FigureRow]:
+    """Per prompt (in the order the columns first name them), each figure some column has;
+    then the means."""
+    prompts = list(dict.fromkeys(p.prompt for c in checks if c for p in c.prompts))
+    for prompt in prompts:
+        found = [{p.prompt: p for p in c.prompts}.get(prompt) if c else None for c in checks]
+        for figure, attr in ((TEACHER_FORCED, "teacher_forced"), (AGREEMENT, "agreement")):
+            values = tuple(getattr(p, attr) if p else None for p in found)
+            if any(v is not None for v in values):
+                yield FigureRow(stage, prompt, figure, values)
+    for figure, attr in ((TEACHER_FORCED, "mean_teacher_forced"), (AGREEMENT, "mean_agreement")):
+        values = tuple(getattr(c, attr) if c else None for c in checks)
+        if any(v is not None for v in values):
+            yield FigureRow(stage, MEAN, figure, values)
