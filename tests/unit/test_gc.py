@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from hefbuild.declare.bounds import parse_age, parse_size
 from hefbuild.errors import HefbuildError, SpecError
 from hefbuild.store.gc import (
     GcPolicy,
     RecordInfo,
     collect_node,
     loose_records,
-    parse_age,
-    parse_size,
     plan_gc,
 )
 from hefbuild.store.storelock import StoreLock

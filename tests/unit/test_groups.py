@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hefbuild.cli.selection import unknown_task
 from hefbuild.cli.session import verbosity
-from hefbuild.plan.selection import unknown_task
 from hefbuild.report.table import blocked_line, members, reason, rows, table_lines, task_line
 
 KNOWN = ["fetch:a", "verify:a", "verify:b", "verify:c", "hef:h", "compile:h"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from hefbuild.declare import phases
 from hefbuild.declare.phases import Phase
 from hefbuild.declare.targets import BUILTIN_TARGETS, load_target
 from hefbuild.errors import SpecError
-from hefbuild.declare import phases
 
 TABLE = load_target(BUILTIN_TARGETS / "hailo10h.toml").phases
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hefbuild.plan.selection import left_out, models_named
+from hefbuild.cli.selection import left_out, models_named
 
 MODELS = {"tiny-llama", "tiny-qwen2", "smollm2"}
 TOOLCHAINS = {"host", "export"}

@@ -124,7 +124,7 @@ def test_a_variant_uses_its_base_models_lock(load, proj):
 
 
 def test_a_variant_is_selected_by_its_task_names():
-    from hefbuild.plan.selection import models_named
+    from hefbuild.cli.selection import models_named
 
     known = {"m", "m@w4"}
     assert models_named(["hef:m@w4", "verify:m@w4"], known, set()) == {"m@w4"}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.execute import venvs
 from hefbuild.declare.specs import load_toolchain
 from hefbuild.errors import SpecError
+from hefbuild.execute import venvs
 
 BASE = {"python": "3.11.7", "implementation": "cpython", "platform": "linux-x86_64",
         "executable": sys.executable}

@@ -11,6 +11,7 @@ from pathlib import Path
 from doit.cmd_base import DoitCmdBase
 from doit.exceptions import InvalidCommand
 
+from ..declare.bounds import parse_age, parse_size
 from ..declare.project import Project
 from ..declare.settings import GcSettings
 from ..errors import HefbuildError
@@ -19,8 +20,6 @@ from ..store.gc import (
     GcPolicy,
     StoreSummary,
     collect,
-    parse_age,
-    parse_size,
     store_summary,
 )
 from ..store.store import STORE_FORMAT

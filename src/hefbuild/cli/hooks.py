@@ -15,8 +15,9 @@ from doit.reporter import ConsoleReporter
 
 from ..declare.checks import Checks, checks_of
 from ..declare.project import STATE_DIR
+from ..engine.verdicts import check_verdict
 from ..errors import HefbuildError
-from ..report.summary import check_verdict, events_since, outcome_counts, summary_line
+from ..report.summary import events_since, outcome_counts, summary_line
 from ..report.table import blocked_line, labelled, members, rows, table_lines, task_line
 from ..store.events import EventLog, rotate
 from ..store.projectlock import ProjectLock

@@ -21,8 +21,8 @@ from ..declare.targets import Keep
 from ..declare.variants import VARIANT_SEP
 from ..errors import HefbuildError
 from ..plan.actions import Action, artifact_task, task_name
-from ..plan.selection import left_out, models_named, unknown_task
 from .hooks import DigestChecker, HefbuildReporter
+from .selection import left_out, models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, only_models, project_at
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start

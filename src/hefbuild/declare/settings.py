@@ -199,7 +199,7 @@ def _gc(table: Any, env: dict[str, str]) -> GcSettings:
     age = env.get("HEFBUILD_GC_MAX_AGE") or table.get("max_age")
     if size in (None, "") and age in (None, ""):
         return GcSettings()
-    from ..store.gc import parse_age, parse_size  # only when bounds are set
+    from .bounds import parse_age, parse_size  # only when bounds are set
 
     try:
         return GcSettings(parse_size(str(size)) if size not in (None, "") else None,

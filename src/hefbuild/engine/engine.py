@@ -38,7 +38,6 @@ from ..execute.stagelog import LogFollower, bound_log, keep_failed_outputs, log_
 from ..execute.toolchain import ToolchainResolver, interpreter_path
 from ..plan.actions import Action, plan_project, rule_code_files
 from ..plan.key import ActionKey, describe
-from ..report.summary import check_figures, check_verdict
 from ..store.outputs import fits_declared
 from ..store.statcache import StatCache
 from ..store.store import STORE_FORMAT, Record, Store, sweep_staging
@@ -47,6 +46,7 @@ from ..store.upload_queue import UploadQueue
 from .collect import collect_outputs
 from .failures import disk_error, failure_message, one_line
 from .fastpath import FastPath, Verdict, fast_path_of
+from .verdicts import check_figures, check_verdict
 
 MANIFEST = "manifest.json"
 LOG = "log.txt"

@@ -15,19 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..declare.phases import PhaseTable
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one stage. Not part of any key: they decide whether a stage
-    finishes, never what it produces."""
-
-    timeout_s: float | None = None
-    memory_bytes: int | None = None
-    cpus: float | None = None
-    gpu: bool = False
-    # What the node that runs it must offer (hefbuild.resources); only a cluster looks.
-    resources: dict[str, float] = field(default_factory=dict)
+from ..plan.limits import Limits
 
 
 @dataclass(frozen=True)

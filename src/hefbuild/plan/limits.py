@@ -6,14 +6,28 @@ runs, never what it makes.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..declare.resources import merged
 from ..declare.specs import ToolchainSpec
 from ..errors import SpecError
-from ..execute import Limits
 from .actions import Action
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one stage. Not part of any key: they decide whether a stage
+    finishes, never what it produces."""
+
+    timeout_s: float | None = None
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    gpu: bool = False
+    # What the node that runs it must offer (declare/resources.py); only a cluster looks.
+    resources: dict[str, float] = field(default_factory=dict)
+
 
 DEFAULT_TIMEOUT_S = 48 * 3600.0  # a 30-layer compile takes 4.5 h; this catches true hangs
 

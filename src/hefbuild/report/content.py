@@ -394,9 +394,9 @@ def write_report(root: Path, chains: Mapping[str, Chain] | None = None) -> Path:
     from .html import render
 
     if chains is None:
-        from ..cli.session import project_at
+        from ..plan.projectcache import load_project_cached
 
-        project = project_at(str(root))
+        project = load_project_cached(root)
         chains = chains_of({name: m.target for name, m in sorted(project.models.items())},
                            {m.target: m.pipeline for m in project.models.values()})
     snap = snapshot(root, chains)

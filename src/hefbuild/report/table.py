@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..declare.checks import Checks, builtin_checks
-from .summary import check_verdict, human_bytes
+from ..engine.verdicts import check_verdict
+from .summary import human_bytes
 
 _LABEL_WIDTH = 10
 _RULE_PREFIX = re.compile(r"^\S+: rules/\S+ failed \(exit \d+\): ")
