@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fakes.fake_executor import FakeExecutor
 
-import hefbuild.engine.engine as engine_module
+import hefbuild.engine.failures as failures_module
 from hefbuild.errors import RuleFailed
 from hefbuild.execute import ExecResult, StageRun
 
@@ -110,7 +110,7 @@ def test_a_failed_stage_keeps_its_whole_log_and_the_rules_peak(make_engine, root
 
 def test_a_full_store_disk_is_named_in_the_failure(make_engine, fake, monkeypatch):
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(engine_module.shutil, "disk_usage",
+    monkeypatch.setattr(failures_module.shutil, "disk_usage",
                         lambda path: usage(100 << 30, (100 << 30) - (5 << 20), 5 << 20))
     engine = make_engine()
     engine.run(f"fetch:{MODEL}")

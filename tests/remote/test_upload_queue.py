@@ -30,8 +30,8 @@ TOY_TASKS = ("make:toy-model", "check:toy-model")
 # first result is stored and linked into build/, before its upload.
 KILLED_DOIT = """
 import os, signal, sys
-import hefbuild.engine.engine
-hefbuild.engine.engine.Engine._upload = lambda self, record: os.kill(os.getpid(), signal.SIGKILL)
+import hefbuild.engine.share
+hefbuild.engine.share.RemoteTier.upload = lambda self, record: os.kill(os.getpid(), signal.SIGKILL)
 from doit.doit_cmd import DoitMain
 sys.exit(DoitMain().run(sys.argv[1:]))
 """

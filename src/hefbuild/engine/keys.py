@@ -1,0 +1,88 @@
+"""An action's key, from what can change its result: the rule's code, the content of its
+inputs and file parameters, its parameters and source, the toolchain's identity and
+environment (plan/key.py makes the canonical description and its digest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import SpecError, StageError
+from ..plan.actions import Action, rule_code_files
+from ..plan.key import ActionKey, describe
+from ..store.events import read_json
+from .context import Context
+
+MANIFEST = "manifest.json"
+
+
+class KeyMaker:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._rule_files: dict[tuple[str, ...], list[Path]] = {}  # (rule, code...) -> files
+
+    def key_of(self, action: Action) -> ActionKey:
+        ctx = self.ctx
+        tc = ctx.project.toolchains[action.toolchain]
+        self._check_pinned(action)
+        ctx.toolchains.check(tc)  # a pin that no longer holds is never "up to date"
+        return ActionKey.of(describe(
+            stage=action.stage,
+            outputs=action.outputs,
+            rule=self._rule_digests(action),
+            inputs=self._input_digests(action),
+            files={name: {"path": path, "digest": ctx.stats.digest(ctx.paths.root / path).hex}
+                   for name, path in sorted(action.file_params.items())},
+            params=action.params,
+            source=action.source,
+            toolchain=ctx.toolchains.identity(tc),
+            env=tc.env,
+            gpu=action.limits.gpu,
+        ))
+
+    def rule_paths(self, action: Action) -> list[Path]:
+        code = (action.rule, *action.code)
+        if code not in self._rule_files:
+            self._rule_files[code] = rule_code_files(self.ctx.paths.rules, action.rule,
+                                                     action.code)
+        return self._rule_files[code]
+
+    def _check_pinned(self, action: Action) -> None:
+        """The source stage must be fixed-output: a commit and a digest for every file."""
+        model = self.ctx.project.models[action.model]
+        src = model.source
+        if action.source is None or src.pinned:
+            return
+        locked = model.variant_of or model.name  # a variant uses its base model's lock
+        if src.path is not None:
+            raise SpecError(model.file, "source.files",
+                            f"every file's sha256 for the folder {src.path}; run "
+                            f"`doit lock:{locked}` to write them to its lock")
+        raise SpecError(model.file, "source.revision",
+                        f"a 40-hex commit with file digests, got {src.revision!r} (a branch?); "
+                        f"run `doit lock:{locked}` where the hub is reachable to pin it")
+
+    def _rule_digests(self, action: Action) -> dict[str, str]:
+        files = self.rule_paths(action)
+        if not files:
+            raise StageError(f"{action.task}: rule program rules/{action.rule} does not exist "
+                             f"(the {action.target} pipeline expects it)")
+        return {p.relative_to(self.ctx.paths.rules).as_posix(): self.ctx.stats.digest(p).hex
+                for p in files}
+
+    def _input_digests(self, action: Action) -> dict[str, str]:
+        digests = {}
+        root = self.ctx.paths.root
+        for up in action.upstream:
+            manifest = read_json(root / f"build/{action.model}/{up}" / MANIFEST)
+            if manifest is None:
+                raise StageError(f"{action.task}: upstream {up}:{action.model} has no result in "
+                                 f"build/ (run it first)")
+            for rel in sorted(manifest["outputs"]):
+                path = root / f"build/{action.model}/{up}" / rel
+                try:
+                    digests[f"{up}/{rel}"] = self.ctx.stats.digest(path).hex
+                except OSError as exc:
+                    raise StageError(f"{action.task}: upstream output build/{action.model}/{up}/"
+                                     f"{rel} is missing ({exc.strerror}); run {up}:"
+                                     f"{action.model} again") from exc
+        return digests
