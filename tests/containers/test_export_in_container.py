@@ -152,7 +152,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
          stack_image: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """export:tiny-llama built in the container (one copy) and on host (another copy)."""
     from hefbuild.declare.project import load_project
-    from hefbuild.declare.specs import load_toolchain
+    from hefbuild.declare.toolchains import load_toolchain
     from hefbuild.execute.images import build_image as pin_image
 
     base = tmp_path_factory.mktemp("export-in-container")

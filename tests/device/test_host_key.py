@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from hefbuild.declare.specs import load_toolchain
+from hefbuild.declare.toolchains import load_toolchain
 from hefbuild.errors import SpecError
 from hefbuild.execute.toolchain import ToolchainResolver
 
@@ -265,7 +265,7 @@ def test_host_key_loads_and_stays_out_of_the_toolchain_identity(tmp_path: Path):
 
 def test_the_override_key_reaches_the_rule_and_replaces_the_declared_one() -> None:
     """HEFBUILD_DEVICE_HOST_KEY goes with HEFBUILD_DEVICE to the rule (runtime.py)."""
-    from hefbuild.declare.specs import ToolchainSpec
+    from hefbuild.declare.toolchains import ToolchainSpec
     from hefbuild.plan.limits import device_target
 
     device = {"kind": "ssh", "host": "a.invalid", "port": 22, "host_key": [ed25519_key(8)],

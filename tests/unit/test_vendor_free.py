@@ -27,7 +27,7 @@ WORDS = re.compile(r"hailo|\bhef\b|cpu-ort|cpu_ort|openvino", re.I)
 EXCEPTIONS = {
     ("hub.py", "openvino"): "a folder name of Hugging Face repositories (another format's "
                             "copy of the model, left out of a download), not a target",
-    ("specs.py", "reference"): "a docker image reference (toolchain.image), not the stage",
+    ("toolchains.py", "reference"): "a docker image reference (toolchain.image), not the stage",
     ("resources.py", "resources"): "the declaration key of a stage's resources, not the stage",
     ("ray.py", "resources"): "Ray's task option for custom resources, not the stage",
 }

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hefbuild.declare.specs import load_toolchain
+from hefbuild.declare.toolchains import load_toolchain
 from hefbuild.errors import SpecError
 from hefbuild.execute import venvs
 

@@ -3,11 +3,15 @@ every loader (models, toolchains, targets) shares."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")  # a pinned revision
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")  # a file's digest
 
 
 def read_toml(path: Path, shown: str) -> dict[str, Any]:
@@ -42,3 +46,28 @@ def _only_keys(table: dict[str, Any], allowed: set[str] | dict, shown: str, path
             names = ", ".join(sorted(allowed)) or "nothing"
             raise SpecError(shown, f"{path}.{key}" if path else key,
                             f"unknown key (expected one of: {names})")
+
+
+def table_list(doc: dict[str, Any], key: str, shown: str) -> list[dict[str, Any]]:
+    value = doc.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise SpecError(shown, key, f"an array of tables ([[{key}]]), got {value!r}"[:120])
+    return value
+
+
+def string(table: dict[str, Any], key: str, shown: str, path: str, default: str = "") -> str:
+    value = table.get(key, default)
+    if not isinstance(value, str):
+        raise SpecError(shown, f"{path}.{key}", f"a string, got {value!r}")
+    return value
+
+
+def one_of(what: str, names: list[str], got: Any) -> str:
+    return f"{what} ({', '.join(names) or 'none declared'}), got {got!r}"
+
+
+def names(table: dict[str, Any], key: str, where: str, shown: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SpecError(shown, f"{where}.{key}", f"a list of names, got {value!r}"[:120])
+    return tuple(value)

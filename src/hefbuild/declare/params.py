@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
+
+from ..errors import SpecError
+from .declfile import _only_keys
+from .names import fits_name_max
+from .names import shown as shown_name
 
 
 class ParamType(Enum):
@@ -127,3 +133,52 @@ def _parses(parse: Any, value: Any) -> bool:
     except (ValueError, TypeError, OverflowError):
         return False
     return True
+
+
+def check_params(
+    table: dict[str, Any], schema: dict[str, ParamDef], shown: str, path: str, root: Path,
+    model: str = "",
+) -> dict[str, Any]:
+    """Validate `table` against `schema`; return it with defaults filled in.
+
+    A FILE default may name the model as `{model}` (e.g. `placements/{model}.auto.alls`).
+    """
+    _only_keys(table, schema, shown, path)
+    resolved: dict[str, Any] = {}
+    for key, pdef in schema.items():
+        if key not in table:
+            if pdef.required:
+                raise SpecError(shown, f"{path}.{key}", f"required: {pdef.type.value}")
+            if pdef.default is not None:
+                default = pdef.default
+                if pdef.type is ParamType.FILE:
+                    default = default.format(model=model)
+                resolved[key] = default
+            continue
+        problem = check_value(table[key], pdef)
+        if problem:
+            raise SpecError(shown, f"{path}.{key}", f"expected {problem}")
+        resolved[key] = normalize(table[key], pdef)
+    for key, pdef in schema.items():
+        if pdef.when is not None and not resolved.get(pdef.when):
+            resolved.pop(key, None)
+    for key, pdef in schema.items():
+        if pdef.type is ParamType.FILE and key in resolved:
+            check_project_file(resolved[key], root, shown, f"{path}.{key}")
+    return resolved
+
+
+def check_project_file(value: str, root: Path, shown: str, key: str) -> None:
+    rel = Path(value)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise SpecError(shown, key, f"a path inside the project, relative to its root, "
+                        f"got {value!r}")
+    if not fits_name_max(value):  # else stat() raises ENAMETOOLONG
+        raise SpecError(shown, key, f"a path whose every part fits the file system's limit, "
+                        f"got {shown_name(value)}")
+    if not (root / rel).is_file():
+        raise SpecError(shown, key, f"file {value!r} does not exist (paths are project-relative)")
+    real = (root / rel).resolve()
+    if not real.is_relative_to(root.resolve()):
+        raise SpecError(shown, key, f"a file inside the project, got {value!r}, a link to a "
+                        f"file outside it")

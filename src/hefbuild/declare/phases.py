@@ -24,6 +24,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SpecError
+from .declfile import _only_keys, names, string, table_list
 
 PLACEMENT = "placement of "
 
@@ -95,3 +99,61 @@ def next_phase(table: PhaseTable | None, current: Phase | None, line: str) -> Ph
     if step and current is not None and current.name.startswith(PLACEMENT):
         return Phase(current.name, phase.text)
     return phase
+
+
+# -- the table as a target declares it (`[watch]`) -------------------------------------
+
+_WATCH_KEYS = {"keywords", "lower", "group", "placing", "phases"}
+_PHASE_KEYS = {"pattern", "phase", "detail", "step"}
+
+
+
+def parse_watch(value: Any, shown: str) -> PhaseTable | None:
+    """`[watch]`: the phase table. Rule patterns match case-insensitively; `group` and
+    `placing` as written (use `(?i)` for that)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError(shown, "watch", "a table (keywords, lower, group, placing, phases)")
+    _only_keys(value, _WATCH_KEYS, shown, "watch")
+    rules = tuple(_phase_rule(t, f"watch.phases[{i}]", shown)
+                  for i, t in enumerate(table_list(value, "phases", shown)))
+    words = {k: names(value, k, "watch", shown) for k in ("keywords", "lower")}
+    group = _regex(value.get("group"), "watch.group", shown, 0)
+    if group is not None and "group" not in group.groupindex:
+        raise SpecError(shown, "watch.group", "a pattern with a named group (?P<group>...)")
+    return PhaseTable(rules, tuple(w.lower() for w in words["keywords"]), words["lower"],
+                      group, _regex(value.get("placing"), "watch.placing", shown, 0))
+
+
+def _phase_rule(table: dict[str, Any], where: str, shown: str) -> PhaseRule:
+    _only_keys(table, _PHASE_KEYS, shown, where)
+    pattern = _regex(table.get("pattern"), f"{where}.pattern", shown, re.IGNORECASE)
+    if pattern is None:
+        raise SpecError(shown, f"{where}.pattern", "a regular expression")
+    name = string(table, "phase", shown, where)
+    if not name:
+        raise SpecError(shown, f"{where}.phase", "the phase's name")
+    detail = string(table, "detail", shown, where)
+    try:
+        detail.format(**{g: "" for g in pattern.groupindex})
+    except (KeyError, IndexError, ValueError) as exc:
+        raise SpecError(shown, f"{where}.detail", "a format string over the pattern's named "
+                        f"groups ({', '.join(pattern.groupindex) or 'none'}), got {detail!r}"
+                        f" ({exc!r})") from exc
+    step = table.get("step", False)
+    if not isinstance(step, bool):
+        raise SpecError(shown, f"{where}.step", f"true or false, got {step!r}")
+    return PhaseRule(pattern, name, detail, step)
+
+
+def _regex(value: Any, where: str, shown: str, flags: int) -> re.Pattern[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise SpecError(shown, where, f"a regular expression, got {value!r}")
+    try:
+        return re.compile(value, flags)
+    except re.error as exc:
+        raise SpecError(shown, where, f"a valid regular expression, got {value!r} "
+                        f"({exc})") from exc

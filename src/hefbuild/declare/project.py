@@ -8,9 +8,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SpecError
+from .declfile import COMMIT_RE, SHA256_RE
 from .settings import Settings, load_settings
-from .specs import COMMIT_RE, SHA256_RE, ModelSpec, ToolchainSpec, load_model, load_toolchain
+from .specs import ModelSpec, load_model
 from .targets import load_targets
+from .toolchains import ToolchainSpec, load_toolchain
 
 STATE_DIR = ".hefbuild"
 

@@ -218,7 +218,7 @@ def _sandbox(value: Any) -> bool:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    from .specs import read_toml  # specs imports params only; no cycle at call time
+    from .declfile import read_toml
 
     return read_toml(path, SETTINGS_FILE)
 

@@ -11,7 +11,7 @@ as the device and as its test double, which stage's file is the deployable artif
 the alias task that names it), and `[[keep]]` which outputs may be copied into the project
 tree. `[watch]`
 (with `[[watch.phases]]`) is the table that names a running stage's phase from its log
-lines (hefbuild.executors.phases): handed to the watch of every stage of the target.
+lines (phases.py): handed to the watch of every stage of the target.
 
 A project's own `targets/` wins; a target it does not declare is taken from the targets
 that come with hefbuild (the `targets/` folder of its source tree), so a project holding
@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
-from .declfile import _only_keys, _table, read_toml
-from .params import ParamDef, check_value
+from .declfile import _only_keys, _table, names, one_of, read_toml, string, table_list
+from .param_schema import parse_params
+from .params import ParamDef
 from .params import ParamType as T
-from .phases import PhaseRule, PhaseTable
+from .phases import PhaseTable, parse_watch
 from .resources import KEY as RESOURCES
 from .resources import parse_resources
 
@@ -50,18 +51,14 @@ COMMON_STAGE_KEYS = {
     "gpu": ParamDef(T.BOOL, doc="whether the stage gets a GPU (part of the key)"),
 }
 
-PARAM_TYPES = {"int": T.INT, "float": T.FLOAT, "bool": T.BOOL, "str": T.STR,
-               "str_list": T.STR_LIST, "file": T.FILE, "duration": T.DURATION, "size": T.SIZE}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _TOP_KEYS = {"target", "stages", "keep", "watch"}
 _TARGET_KEYS = {"description", "artifact", "check", "default_checks", "test_double", "device"}
 _ARTIFACT_KEYS = {"alias", "stage", "file", "group_doc"}
 _STAGE_KEYS = {"name", "rule", "inputs", "after", "outputs", "toolchain", "gpu", "source",
                "group_doc", "report", "report_title", "params", "code", RESOURCES}
-_PARAM_KEYS = {"type", "default", "min", "max", "choices", "when", "inherit", "doc"}
 _KEEP_KEYS = {"name", "stage", "output", "dest", "group_doc"}
-_WATCH_KEYS = {"keywords", "lower", "group", "placing", "phases"}
-_PHASE_KEYS = {"pattern", "phase", "detail", "step"}
+
 
 
 @dataclass(frozen=True)
@@ -165,19 +162,19 @@ def load_target(path: Path, root: Path | None = None) -> TargetSpec:
     names = [s.name for s in stages]
     check = head.get("check")
     if check is not None and check not in names:
-        raise SpecError(shown, "target.check", _one_of("a stage of this target", names, check))
+        raise SpecError(shown, "target.check", one_of("a stage of this target", names, check))
     default_checks = head.get("default_checks", False)
     if not isinstance(default_checks, bool):
         raise SpecError(shown, "target.default_checks", f"true or false, got {default_checks!r}")
     if default_checks and check is None:
         raise SpecError(shown, "target.default_checks", "needs target.check (the stage run)")
     artifact = _artifact(head.get("artifact"), stages, shown)
-    keep = tuple(_keep(k, i, stages, shown) for i, k in enumerate(_list(doc, "keep", shown)))
+    keep = tuple(_keep(k, i, stages, shown) for i, k in enumerate(table_list(doc, "keep", shown)))
     _no_clash(stages, artifact, keep, shown)
-    return TargetSpec(path.stem, shown, stages, _str(head, "description", shown, "target"),
-                      check, default_checks, _str(head, "test_double", shown, "target"),
-                      _str(head, "device", shown, "target"), artifact, keep,
-                      _watch(doc.get("watch"), shown))
+    return TargetSpec(path.stem, shown, stages, string(head, "description", shown, "target"),
+                      check, default_checks, string(head, "test_double", shown, "target"),
+                      string(head, "device", shown, "target"), artifact, keep,
+                      parse_watch(doc.get("watch"), shown))
 
 
 def _shown(path: Path, root: Path | None) -> str:
@@ -185,24 +182,6 @@ def _shown(path: Path, root: Path | None) -> str:
         return path.relative_to(root if root is not None else BUILTIN_TARGETS.parent).as_posix()
     except ValueError:
         return str(path)
-
-
-def _list(doc: dict[str, Any], key: str, shown: str) -> list[dict[str, Any]]:
-    value = doc.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise SpecError(shown, key, f"an array of tables ([[{key}]]), got {value!r}"[:120])
-    return value
-
-
-def _str(table: dict[str, Any], key: str, shown: str, path: str, default: str = "") -> str:
-    value = table.get(key, default)
-    if not isinstance(value, str):
-        raise SpecError(shown, f"{path}.{key}", f"a string, got {value!r}")
-    return value
-
-
-def _one_of(what: str, names: list[str], got: Any) -> str:
-    return f"{what} ({', '.join(names) or 'none declared'}), got {got!r}"
 
 
 def _stages(value: Any, shown: str, root: Path | None) -> tuple[StageDef, ...]:
@@ -216,7 +195,7 @@ def _stages(value: Any, shown: str, root: Path | None) -> tuple[StageDef, ...]:
         for dep in s.after:
             if dep not in names or dep == s.name:
                 raise SpecError(shown, f"stages[{i}].after",
-                                _one_of("another stage of this target", names, dep))
+                                one_of("another stage of this target", names, dep))
     _no_cycle(stages, shown)
     if sum(s.source for s in stages) > 1:
         raise SpecError(shown, "stages", "at most one stage with source = true")
@@ -231,33 +210,34 @@ def _stage(table: dict[str, Any], where: str, earlier: list[str], shown: str,
         raise SpecError(shown, f"{where}.name", f"a lower-case name like 'make', got {name!r}")
     if name in earlier:
         raise SpecError(shown, f"{where}.name", f"stage {name!r} is declared twice")
-    rule = _str(table, "rule", shown, where)
+    rule = string(table, "rule", shown, where)
     if not rule:
         raise SpecError(shown, f"{where}.rule", "the stage's program, a path under rules/")
     if root is not None and not (root / "rules" / rule).is_file():
         raise SpecError(shown, f"{where}.rule", f"rules/{rule} does not exist")
-    code = _names(table, "code", where, shown)
+    code = names(table, "code", where, shown)
     for extra in code:
         if root is not None and not (root / "rules" / extra).is_file():
             raise SpecError(shown, f"{where}.code", f"files under rules/; rules/{extra} "
                             f"does not exist")
-    inputs = _names(table, "inputs", where, shown)
+    inputs = names(table, "inputs", where, shown)
     for up in inputs:
         if up not in earlier:
             raise SpecError(shown, f"{where}.inputs",
-                            _one_of(f"a stage declared before {name}", earlier, up))
-    outputs = _names(table, "outputs", where, shown)
+                            one_of(f"a stage declared before {name}", earlier, up))
+    outputs = names(table, "outputs", where, shown)
     if not outputs:
         raise SpecError(shown, f"{where}.outputs", "at least one output file (or folder/)")
     flags = {k: table.get(k, False) for k in ("gpu", "source")}
     for key, flag in flags.items():
         if not isinstance(flag, bool):
             raise SpecError(shown, f"{where}.{key}", f"true or false, got {flag!r}")
-    params = _params(table.get("params", {}), f"stages.{name}.params", shown)
+    params = parse_params(table.get("params", {}), f"stages.{name}.params", shown,
+                          COMMON_STAGE_KEYS)
     return StageDef(name, rule, inputs, outputs, params,
-                    _str(table, "toolchain", shown, where, "host"), flags["gpu"],
-                    _names(table, "after", where, shown), flags["source"],
-                    _str(table, "group_doc", shown, where),
+                    string(table, "toolchain", shown, where, "host"), flags["gpu"],
+                    names(table, "after", where, shown), flags["source"],
+                    string(table, "group_doc", shown, where),
                     _report(table, name, outputs, where, shown),
                     parse_resources(table.get(RESOURCES, {}), shown, f"{where}.{RESOURCES}"),
                     code)
@@ -266,24 +246,17 @@ def _stage(table: dict[str, Any], where: str, earlier: list[str], shown: str,
 def _report(table: dict[str, Any], name: str, outputs: tuple[str, ...], where: str,
             shown: str) -> StageReport | None:
     """`report` names an output the report page reads as JSON: a file, not a folder."""
-    file = _str(table, "report", shown, where)
-    title = _str(table, "report_title", shown, where)
+    file = string(table, "report", shown, where)
+    title = string(table, "report_title", shown, where)
     if not file:
         if title:
             raise SpecError(shown, f"{where}.report_title", "needs report (the file it heads)")
         return None
     files = [o for o in outputs if o.endswith(".json")]
     if file not in files:
-        raise SpecError(shown, f"{where}.report", _one_of(f"a JSON file among the outputs of "
+        raise SpecError(shown, f"{where}.report", one_of(f"a JSON file among the outputs of "
                                                           f"{name}", files, file))
     return StageReport(file, title)
-
-
-def _names(table: dict[str, Any], key: str, where: str, shown: str) -> tuple[str, ...]:
-    value = table.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise SpecError(shown, f"{where}.{key}", f"a list of names, got {value!r}"[:120])
-    return tuple(value)
 
 
 def _no_cycle(stages: list[StageDef], shown: str) -> None:
@@ -305,73 +278,15 @@ def _no_cycle(stages: list[StageDef], shown: str) -> None:
         visit(s.name, ())
 
 
-def _params(value: Any, where: str, shown: str) -> dict[str, ParamDef]:
-    if not isinstance(value, dict):
-        raise SpecError(shown, where, f"a table of parameters, got {value!r}"[:120])
-    params: dict[str, ParamDef] = {}
-    for name, table in value.items():
-        if name in COMMON_STAGE_KEYS:
-            raise SpecError(shown, f"{where}.{name}", "a name of its own (toolchain, timeout, "
-                            "memory and gpu are every stage's)")
-        if not isinstance(table, dict):
-            raise SpecError(shown, f"{where}.{name}", "a table (type, default, doc, ...)")
-        params[name] = _param(table, f"{where}.{name}", shown)
-    for name, p in params.items():
-        if p.when is not None and (p.when not in params or params[p.when].type is not T.BOOL):
-            raise SpecError(shown, f"{where}.{name}.when",
-                            f"a bool parameter of the same stage, got {p.when!r}")
-    return params
-
-
-def _param(table: dict[str, Any], where: str, shown: str) -> ParamDef:
-    _only_keys(table, _PARAM_KEYS, shown, where)
-    kind = table.get("type")
-    if kind not in PARAM_TYPES:
-        raise SpecError(shown, f"{where}.type", _one_of("one of", list(PARAM_TYPES), kind))
-    ptype = PARAM_TYPES[kind]
-    bounds = {}
-    for key in ("min", "max"):
-        bound = table.get(key)
-        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
-            raise SpecError(shown, f"{where}.{key}", f"a number, got {bound!r}")
-        bounds[key] = bound
-    choices = table.get("choices", [])
-    if not isinstance(choices, list):
-        raise SpecError(shown, f"{where}.choices", f"a list, got {choices!r}")
-    pdef = ParamDef(ptype, None, tuple(choices), minimum=bounds["min"], maximum=bounds["max"],
-                    when=_opt_str(table, "when", where, shown),
-                    inherit=_opt_str(table, "inherit", where, shown),
-                    doc=_str(table, "doc", shown, where))
-    for choice in choices:
-        problem = check_value(choice, ParamDef(ptype))
-        if problem:
-            raise SpecError(shown, f"{where}.choices", f"each {problem}")
-    if "default" in table:
-        problem = check_value(table["default"], pdef)
-        if problem:
-            raise SpecError(shown, f"{where}.default", f"expected {problem}")
-        pdef = ParamDef(ptype, table["default"], pdef.choices, minimum=pdef.minimum,
-                        maximum=pdef.maximum, when=pdef.when, inherit=pdef.inherit,
-                        doc=pdef.doc)
-    return pdef
-
-
-def _opt_str(table: dict[str, Any], key: str, where: str, shown: str) -> str | None:
-    value = table.get(key)
-    if value is not None and not isinstance(value, str):
-        raise SpecError(shown, f"{where}.{key}", f"a name, got {value!r}")
-    return value
-
-
 def _output_of(stage: Any, output: Any, stages: tuple[StageDef, ...], shown: str,
                where: str, out_key: str) -> StageDef:
     by_name = {s.name: s for s in stages}
     if stage not in by_name:
-        raise SpecError(shown, f"{where}.stage", _one_of("a stage of this target",
+        raise SpecError(shown, f"{where}.stage", one_of("a stage of this target",
                                                          list(by_name), stage))
     if output not in by_name[stage].outputs:
         raise SpecError(shown, f"{where}.{out_key}",
-                        _one_of(f"an output of {stage}", list(by_name[stage].outputs), output))
+                        one_of(f"an output of {stage}", list(by_name[stage].outputs), output))
     return by_name[stage]
 
 
@@ -383,10 +298,10 @@ def _artifact(value: Any, stages: tuple[StageDef, ...], shown: str) -> Artifact 
         raise SpecError(shown, where, "a table {stage, file, alias}")
     _only_keys(value, _ARTIFACT_KEYS, shown, where)
     _output_of(value.get("stage"), value.get("file"), stages, shown, where, "file")
-    alias = _str(value, "alias", shown, where)
+    alias = string(value, "alias", shown, where)
     if alias and not _NAME_RE.match(alias):
         raise SpecError(shown, f"{where}.alias", f"a lower-case name, got {alias!r}")
-    return Artifact(value["stage"], value["file"], alias, _str(value, "group_doc", shown, where))
+    return Artifact(value["stage"], value["file"], alias, string(value, "group_doc", shown, where))
 
 
 def _keep(table: dict[str, Any], i: int, stages: tuple[StageDef, ...], shown: str) -> Keep:
@@ -396,10 +311,10 @@ def _keep(table: dict[str, Any], i: int, stages: tuple[StageDef, ...], shown: st
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise SpecError(shown, f"{where}.name", f"a lower-case task name, got {name!r}")
     _output_of(table.get("stage"), table.get("output"), stages, shown, where, "output")
-    dest = _str(table, "dest", shown, where)
+    dest = string(table, "dest", shown, where)
     if not dest or Path(dest).is_absolute() or ".." in Path(dest).parts:
         raise SpecError(shown, f"{where}.dest", f"a project-relative path, got {dest!r}")
-    return Keep(name, table["stage"], table["output"], dest, _str(table, "group_doc", shown,
+    return Keep(name, table["stage"], table["output"], dest, string(table, "group_doc", shown,
                                                                    where))
 
 
@@ -415,52 +330,3 @@ def _no_clash(stages: tuple[StageDef, ...], artifact: Artifact | None, keep: tup
         taken.add(name)
 
 
-def _watch(value: Any, shown: str) -> PhaseTable | None:
-    """`[watch]`: the phase table. Rule patterns match case-insensitively; `group` and
-    `placing` as written (use `(?i)` for that)."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise SpecError(shown, "watch", "a table (keywords, lower, group, placing, phases)")
-    _only_keys(value, _WATCH_KEYS, shown, "watch")
-    rules = tuple(_phase_rule(t, f"watch.phases[{i}]", shown)
-                  for i, t in enumerate(_list(value, "phases", shown)))
-    words = {k: _names(value, k, "watch", shown) for k in ("keywords", "lower")}
-    group = _regex(value.get("group"), "watch.group", shown, 0)
-    if group is not None and "group" not in group.groupindex:
-        raise SpecError(shown, "watch.group", "a pattern with a named group (?P<group>...)")
-    return PhaseTable(rules, tuple(w.lower() for w in words["keywords"]), words["lower"],
-                      group, _regex(value.get("placing"), "watch.placing", shown, 0))
-
-
-def _phase_rule(table: dict[str, Any], where: str, shown: str) -> PhaseRule:
-    _only_keys(table, _PHASE_KEYS, shown, where)
-    pattern = _regex(table.get("pattern"), f"{where}.pattern", shown, re.IGNORECASE)
-    if pattern is None:
-        raise SpecError(shown, f"{where}.pattern", "a regular expression")
-    name = _str(table, "phase", shown, where)
-    if not name:
-        raise SpecError(shown, f"{where}.phase", "the phase's name")
-    detail = _str(table, "detail", shown, where)
-    try:
-        detail.format(**{g: "" for g in pattern.groupindex})
-    except (KeyError, IndexError, ValueError) as exc:
-        raise SpecError(shown, f"{where}.detail", "a format string over the pattern's named "
-                        f"groups ({', '.join(pattern.groupindex) or 'none'}), got {detail!r}"
-                        f" ({exc!r})") from exc
-    step = table.get("step", False)
-    if not isinstance(step, bool):
-        raise SpecError(shown, f"{where}.step", f"true or false, got {step!r}")
-    return PhaseRule(pattern, name, detail, step)
-
-
-def _regex(value: Any, where: str, shown: str, flags: int) -> re.Pattern[str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise SpecError(shown, where, f"a regular expression, got {value!r}")
-    try:
-        return re.compile(value, flags)
-    except re.error as exc:
-        raise SpecError(shown, where, f"a valid regular expression, got {value!r} "
-                        f"({exc})") from exc

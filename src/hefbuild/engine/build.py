@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..declare.specs import ToolchainSpec
+from ..declare.toolchains import ToolchainSpec
 from ..errors import MissingOutput, RuleFailed
 from ..execute.stagelog import LogFollower, bound_log, keep_failed_outputs, log_limit
 from ..execute.toolchain import interpreter_path

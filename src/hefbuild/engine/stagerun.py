@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..declare.specs import ToolchainSpec
+from ..declare.toolchains import ToolchainSpec
 from ..plan.actions import Action
 from ..plan.key import ActionKey
 from .context import Context

@@ -198,7 +198,7 @@ def _hub_offline() -> bool:
 
 
 def _requested(project: Project, name: str) -> str:
-    from ..declare.specs import read_toml
+    from ..declare.declfile import read_toml
 
     path = project.paths.models / f"{name}.toml"
     return read_toml(path, f"models/{name}.toml")["source"]["revision"]

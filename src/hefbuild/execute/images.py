@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..declare.project import Project
-from ..declare.specs import ToolchainSpec
+from ..declare.toolchains import ToolchainSpec
 from ..digest import canonical_json, sha256_bytes, sha256_file
 from ..errors import HefbuildError
 from .toolchain import image_lock_path, read_image_lock

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..declare.specs import ToolchainSpec
+from ..declare.toolchains import ToolchainSpec
 from ..errors import HefbuildError, StageError, ToolchainMismatch
 from . import venvs
 

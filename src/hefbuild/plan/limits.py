@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..declare.resources import merged
-from ..declare.specs import ToolchainSpec
+from ..declare.toolchains import ToolchainSpec
 from ..errors import SpecError
 from .actions import Action
 

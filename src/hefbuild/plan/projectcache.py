@@ -28,10 +28,11 @@ from .actions import plan_model
 FORMAT = 7  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
 # 7: a model says why it is manual
 # Relative to the package: every module that decides what loading yields.
-_LOADER_CODE = ("declare/specs.py", "declare/params.py", "declare/targets.py",
-                "declare/declfile.py", "declare/project.py", "declare/variants.py",
-                "declare/names.py", "declare/resources.py", "declare/phases.py",
-                "declare/settings.py", "plan/actions.py", "plan/projectcache.py")
+_LOADER_CODE = ("declare/specs.py", "declare/toolchains.py", "declare/params.py",
+                "declare/param_schema.py", "declare/targets.py", "declare/declfile.py",
+                "declare/project.py", "declare/variants.py", "declare/names.py",
+                "declare/resources.py", "declare/phases.py", "declare/settings.py",
+                "declare/bounds.py", "plan/actions.py", "plan/projectcache.py")
 
 
 def declarations_stamp(root: Path, named: tuple[str, ...]) -> str:
