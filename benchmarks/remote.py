@@ -54,7 +54,7 @@ from run import DOIT, copy_project  # noqa: E402
 
 from hefbuild.declare.settings import CacheSettings  # noqa: E402
 from hefbuild.remote.cache import RemoteCache  # noqa: E402
-from hefbuild.remote.transport import HttpTransport  # noqa: E402
+from hefbuild.remote.http import HttpTransport  # noqa: E402
 from hefbuild.store.statcache import StatCache  # noqa: E402
 from hefbuild.store.store import Store  # noqa: E402
 
@@ -251,7 +251,7 @@ import json, resource, sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from hefbuild.remote.cache import RemoteCache
-from hefbuild.remote.transport import HttpTransport
+from hefbuild.remote.http import HttpTransport
 from hefbuild.declare.settings import CacheSettings
 from hefbuild.store.statcache import StatCache
 from hefbuild.store.store import Store

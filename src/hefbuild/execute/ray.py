@@ -27,7 +27,7 @@ from ..declare.resources import shown
 from ..declare.settings import Settings
 from ..errors import StageError
 from ..remote.cas import BadBlob, BlobStore, MissingBlob
-from ..remote.transport import RemoteError
+from ..remote.problems import RemoteError
 from ..store.store import Store
 from .base import ExecResult, Executor, StageRun
 from .node_checks import hefbuild_identity, loopback_cache

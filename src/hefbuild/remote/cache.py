@@ -39,6 +39,7 @@ from ..store.outputs import fits_declared
 from ..store.store import Record, Store
 from ..store.upload_queue import UploadQueue
 from .cas import BadBlob, BlobStore, WrongBytes, retry
+from .problems import CorruptSource, Oversized, Problem, RemoteError
 from .reapi import (
     SIGNATURE_TYPE,
     ActionResultMessage,
@@ -53,14 +54,7 @@ from .reapi import (
     encode_signature,
 )
 from .signing import SigningKey, verify_raw
-from .transport import (
-    CorruptSource,
-    Oversized,
-    Problem,
-    RemoteError,
-    Transport,
-    transport_for,
-)
+from .transport import Transport, transport_for
 
 RECORD_PATH = ".hefbuild/record.json"
 ENTRY_LIMIT = 4 << 20  # an ActionResult of ours is a few KB

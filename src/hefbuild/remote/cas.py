@@ -22,7 +22,8 @@ from typing import TypeVar
 
 from ..declare.settings import CacheSettings
 from ..store.store import Store
-from .transport import Oversized, RemoteError, SinkError, Transport, transport_for
+from .problems import Oversized, RemoteError, SinkError
+from .transport import Transport, transport_for
 
 ATTEMPTS = 3
 T = TypeVar("T")

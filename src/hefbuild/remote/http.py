@@ -1,0 +1,271 @@
+"""The HTTP transport (Bazel's cache protocol): one kept-alive connection per thread, an
+idle timeout on every socket operation and a deadline on every exchange (timeout + size /
+min_rate); uploads hashed as they go, downloads stopped at the size expected. The only
+module that knows about sockets and status codes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import os
+import socket
+import ssl
+import threading
+from contextlib import suppress
+from pathlib import Path
+from typing import IO
+from urllib.parse import urlsplit
+
+from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
+from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
+
+CHUNK = 1 << 20
+
+
+def _status_problem(status: int) -> Problem:
+    if status in (401, 403):
+        return Problem.UNAUTHORIZED
+    if status in (413, 507):
+        return Problem.FULL
+    if status >= 500:
+        return Problem.SERVER
+    return Problem.PROTOCOL
+
+
+class _Watchdog:
+    """Ends an exchange that outlives its deadline, whatever it is blocked in (headers,
+    body, a send): a timer shuts the socket down, so the blocked call returns at once. The
+    idle timeout alone lets a server that sends a byte every few seconds hold us forever."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._timer: threading.Timer | None = None
+        self._sock: socket.socket | None = None
+
+    def arm(self, sock: socket.socket | None) -> None:
+        self._sock = sock
+        self._timer = threading.Timer(self.seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self._sock is not None:
+            with suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class HttpTransport:
+    """One kept-alive connection per thread; an idle timeout on every socket operation and
+    a deadline on every exchange (timeout + size / min_rate)."""
+
+    def __init__(self, settings: CacheSettings) -> None:
+        parts = urlsplit(settings.remote or "")
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname or "", parts.port
+        self._base = parts.path.rstrip("/")
+        self._timeout = settings.timeout_s
+        self._min_rate = settings.min_rate or DEFAULT_MIN_RATE
+        self._headers = {"User-Agent": "hefbuild"} | _auth_header(settings)
+        self._ssl = _ssl_context(settings) if self._https else None
+        self._local = threading.local()
+
+    def head(self, path: str) -> int | None:
+        status, size = self._call("HEAD", path)
+        return None if status == 404 else size
+
+    def get(self, path: str, sink: Sink, limit: int | None = None) -> int | None:
+        status, size = self._call("GET", path, reader=(sink, limit), size=limit or 0)
+        return None if status == 404 else size
+
+    def put(self, path: str, body: Path | bytes, digest: str | None = None) -> int:
+        size = body.stat().st_size if isinstance(body, Path) else len(body)
+        if digest is not None and isinstance(body, bytes):
+            _check_bytes(body, digest)
+        self._call("PUT", path, body=(body, digest), size=size)
+        return size
+
+    # The one place that turns sockets and statuses into RemoteError.
+    def _call(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None = None,
+              reader: tuple[Sink, int | None] | None = None, size: int = 0) -> tuple[int, int]:
+        watchdog = _Watchdog(self._timeout + size / self._min_rate)
+        try:
+            answer = self._exchange(method, path, body, reader, watchdog)
+        except (CorruptSource, SinkError):
+            self._drop()  # the server never sees the rest of the body: it keeps nothing
+            raise
+        except Exception as exc:
+            self._drop()
+            raise self._translated(exc, watchdog) from exc
+        finally:
+            watchdog.disarm()
+        if watchdog.expired:  # a cut-off body can look complete to http.client
+            self._drop()
+            raise self._translated(TimeoutError(), watchdog)
+        return answer
+
+    def _translated(self, exc: Exception, watchdog: _Watchdog) -> Exception:
+        if watchdog.expired:
+            return RemoteError(Problem.TIMEOUT, f"slower than {_rate(self._min_rate)} "
+                               f"(cut off after {watchdog.seconds:.0f} s)")
+        if isinstance(exc, RemoteError):
+            return exc
+        if isinstance(exc, TimeoutError):
+            return RemoteError(Problem.TIMEOUT, f"no answer within {self._timeout:g} s")
+        if isinstance(exc, ssl.SSLError):
+            return RemoteError(Problem.UNREACHABLE, f"TLS: {exc.reason or exc}")
+        if isinstance(exc, (http.client.HTTPException, ConnectionError)):
+            return RemoteError(Problem.UNREACHABLE, type(exc).__name__, status=-1)
+        if isinstance(exc, OSError):
+            return RemoteError(Problem.UNREACHABLE, exc.strerror or type(exc).__name__)
+        return exc
+
+    def _exchange(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None,
+                  reader: tuple[Sink, int | None] | None,
+                  watchdog: _Watchdog) -> tuple[int, int]:
+        headers = dict(self._headers)
+        conn = self._conn()
+        if conn.sock is None:
+            conn.connect()
+        watchdog.arm(conn.sock)
+        url = f"{self._base}/{path}"
+        if body is None:
+            conn.request(method, url, headers=headers)
+        elif isinstance(body[0], bytes):
+            headers["Content-Length"] = str(len(body[0]))
+            conn.request(method, url, body=body[0], headers=headers)
+        else:
+            with open(body[0], "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                headers["Content-Length"] = str(size)
+                source = f if body[1] is None else _VerifiedBody(f, body[1], size)
+                conn.request(method, url, body=source, headers=headers)
+        return self._answer(method, conn.getresponse(), reader)
+
+    def _answer(self, method: str, resp: http.client.HTTPResponse,
+                reader: tuple[Sink, int | None] | None) -> tuple[int, int]:
+        status = resp.status
+        if status == 404 and method in ("GET", "HEAD"):
+            resp.read()
+            return 404, 0
+        if not 200 <= status < 300:
+            resp.read()
+            raise RemoteError(_status_problem(status), f"HTTP {status} on {method}", status)
+        if method == "HEAD":
+            resp.read()  # no body; frees the connection for the next request
+            return status, _length(resp)
+        if reader is None:
+            resp.read()
+            return status, 0
+        return status, _drain(resp, *reader)
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._https:
+                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
+                                                   context=self._ssl, blocksize=CHUNK)
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout,
+                                                  blocksize=CHUNK)
+            self._local.conn = conn
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+def _length(resp: http.client.HTTPResponse) -> int:
+    try:
+        return int(resp.getheader("Content-Length", "-1"))
+    except ValueError:
+        return -1
+
+
+def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int:
+    announced = _length(resp)
+    if limit is not None and announced > limit:
+        resp.close()
+        raise Oversized(limit, f"answer of {announced} bytes, more than the {limit} "
+                        f"expected")
+    buf = bytearray(CHUNK if limit is None else max(1, min(CHUNK, limit + 1)))
+    view = memoryview(buf)
+    total = 0
+    while n := resp.readinto(buf):
+        total += n
+        if limit is not None and total > limit:
+            resp.close()
+            raise Oversized(limit, f"answer larger than the {limit} bytes expected")
+        sunk(sink, view[:n])  # the sink consumes it before the next read
+    if announced >= 0 and total != announced:
+        raise RemoteError(Problem.UNREACHABLE, f"connection closed after {total} of "
+                          f"{announced} bytes", status=-1)
+    return total
+
+
+class _VerifiedBody:
+    """A file's bytes as http.client reads them, hashed on the way. The last chunk is held
+    back until every byte hashed to `digest`, so a corrupt local object aborts the PUT
+    before the server has its whole body (a server keeps only complete bodies)."""
+
+    def __init__(self, f: IO[bytes], digest: str, size: int) -> None:
+        self._f, self._digest, self._left = f, digest, size
+        self._hasher = hashlib.sha256()
+        self._ahead = self._next()
+        if not self._ahead:
+            self._check()
+
+    def _next(self) -> bytes:
+        chunk = self._f.read(min(CHUNK, self._left)) if self._left > 0 else b""
+        self._left -= len(chunk)
+        self._hasher.update(chunk)
+        return chunk
+
+    def read(self, _n: int = -1) -> bytes:
+        chunk = self._ahead
+        self._ahead = self._next() if chunk else b""
+        if chunk and not self._ahead:
+            self._check()
+        return chunk
+
+    def _check(self) -> None:
+        actual = self._hasher.hexdigest()
+        if self._left != 0 or self._f.read(1) or actual != self._digest:
+            raise CorruptSource(self._digest, actual)
+
+
+def _check_bytes(data: bytes, digest: str) -> None:
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise CorruptSource(digest, actual)
+
+
+def _rate(bytes_per_s: int) -> str:
+    return f"{bytes_per_s / (1 << 20):g} MiB/s" if bytes_per_s >= 1 << 20 else \
+        f"{bytes_per_s / 1024:g} KiB/s"
+
+
+def _auth_header(settings: CacheSettings) -> dict[str, str]:
+    creds = settings.credentials
+    if creds.token:
+        return {"Authorization": f"Bearer {creds.token}"}
+    if creds.user:
+        pair = f"{creds.user}:{creds.password or ''}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+    return {}
+
+
+def _ssl_context(settings: CacheSettings) -> ssl.SSLContext:
+    cafile = str(settings.ca_bundle) if settings.ca_bundle else None
+    return ssl.create_default_context(cafile=cafile)
+
+
