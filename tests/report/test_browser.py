@@ -19,7 +19,7 @@ from .samples import CHAINS, DEVICE_AGREEMENT, FREE_FIRST, TF_FIRST, TF_SECOND, 
 
 def test_the_report_renders_with_the_last_builds_figures(tmp_path):
     browser = chromium_or_skip()
-    from hefbuild.report.content import write_report
+    from hefbuild.report.write import write_report
 
     page = write_report(write_build(tmp_path / "project"), CHAINS)
     dom = dump_dom(browser, tmp_path / "profile", page)

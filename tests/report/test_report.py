@@ -8,18 +8,17 @@ from html import escape
 
 import pytest
 
+from hefbuild.report.checks import CheckKind
 from hefbuild.report.content import (
-    HISTORY,
-    CheckKind,
-    StageState,
     build_report,
     invocations,
     last_outcomes,
     merge_history,
     snapshot,
-    write_report,
 )
 from hefbuild.report.html import render
+from hefbuild.report.model import HISTORY, StageState
+from hefbuild.report.write import write_report
 
 from .samples import (
     CHAINS,
@@ -204,7 +203,8 @@ def test_a_project_never_built_gets_a_page_naming_its_models(tmp_path):
 
 
 def test_a_long_history_plots_its_last_builds():
-    from hefbuild.report.content import PLOTTED, stage_history
+    from hefbuild.report.content import stage_history
+    from hefbuild.report.model import PLOTTED
 
     from .samples import T0, event
 

@@ -281,7 +281,7 @@ def test_a_broken_variant_sets_aside_its_whole_model_file(proj, tmp_path):
 
 def _model_report(name: str, keys: dict[str, str], agreement: float):
     from hefbuild.report.checks import Answerer, CheckKind, PromptFigures
-    from hefbuild.report.content import Check, ModelReport, Stage, StageState
+    from hefbuild.report.model import Check, ModelReport, Stage, StageState
 
     stages = tuple(Stage(s, StageState.BUILT if name == "m" or s == "verify" else
                          StageState.RESTORED, seconds=0.1, build_seconds=2.0, key=k)
@@ -296,7 +296,8 @@ def _model_report(name: str, keys: dict[str, str], agreement: float):
 
 
 def test_the_comparison_has_a_column_per_variant_and_marks_shared_stages():
-    from hefbuild.report.variants import AGREEMENT, MEAN, compare_variants
+    from hefbuild.report.model import AGREEMENT, MEAN
+    from hefbuild.report.variants import compare_variants
 
     reports = [_model_report("m", {"fetch": "a" * 64, "verify": "b" * 64}, 0.5),
                _model_report("m@w4", {"fetch": "a" * 64, "verify": "c" * 64}, 0.75),

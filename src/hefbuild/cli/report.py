@@ -21,7 +21,7 @@ class Report(DoitCmdBase):
     cmd_options = ()
 
     def _execute(self, pos_args: list[str] | None = None) -> int:
-        from ..report.content import write_report  # only this command pays for the report code
+        from ..report.write import write_report  # only this command pays for the report code
 
         if pos_args:
             raise InvalidCommand(f"report takes no arguments, got {' '.join(pos_args)}")

@@ -12,149 +12,32 @@ A task line that carries `mean_agreement` (should the engine add it) counts as w
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..store.events import Outcome, read_events, read_json
-from .checks import Answerer, CheckKind, PromptFigures, check_kind, number, read_check
-from .variants import Sweep, compare_variants
+from .checks import Answerer, check_kind, number, read_check
+from .model import (
+    EVENT_LOGS,
+    HISTORY,
+    PLOTTED,
+    AgreementPoint,
+    BuildReport,
+    Chain,
+    Check,
+    ModelReport,
+    Run,
+    Snapshot,
+    Stage,
+    StageHistory,
+    StageState,
+)
+from .variants import compare_variants
 
 if TYPE_CHECKING:
-    from ..declare.targets import StageReport, TargetSpec
-
-REPORT_DIR = "build/report"
-HISTORY = f"{REPORT_DIR}/history.jsonl"
-EVENT_LOGS = ("build/events.2.jsonl", "build/events.1.jsonl", "build/events.jsonl")  # oldest first
-KEY_SHOWN = 12
-PLOTTED = 60  # the most recent builds (and checked results) a history plot shows
-
-
-class StageState(str, Enum):
-    BUILT = "built"
-    RESTORED = "restored"
-    REMOTE = "remote"
-    FAILED = "failed"
-    RUNNING = "running"
-    MISSING = "not built"
-
-
-@dataclass(frozen=True)
-class Chain:
-    target: str
-    stages: tuple[str, ...]
-    # What the target declares of its reports: stage -> the file a person reads, and its
-    # title; the stage whose report is the model's verdict; how a device check names who
-    # answered it.
-    reports: Mapping[str, StageReport] = field(default_factory=dict)
-    check: str | None = None
-    answerer: Answerer = field(default_factory=Answerer)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the report reads, by project-relative path."""
-
-    files: Mapping[str, dict[str, Any]]  # JSON objects that exist and parse
-    present: frozenset[str]  # logs that exist
-    events: tuple[dict[str, Any], ...]  # every event log line, oldest first
-    history: tuple[dict[str, Any], ...]
-    damaged: int = 0  # event log lines that did not parse
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    state: StageState
-    seconds: float | None = None  # what the task took when it last did something
-    build_seconds: float | None = None  # what the rule took when the result was built
-    peak_mb: float | None = None
-    key: str | None = None
-    last_run: str | None = None  # its outcome in the last invocation that named it
-    log: str | None = None  # project-relative: the failed or running log
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Check:
-    stage: str
-    kind: CheckKind
-    title: str  # the target's words for what the check compares
-    answerer: Answerer
-    path: str  # project-relative: the report the figures come from
-    failed_run: bool  # from <stage>.failed/: the last run failed
-    fake_device: bool
-    passed: bool | None
-    figures: tuple[tuple[str, str], ...]  # (label, value) of the gated means
-    prompts: tuple[PromptFigures, ...]
-    threshold: float | None  # the gate on the plot's first series
-    note: str
-    key: str | None
-    built: str | None  # when the result (or the failed run) was made
-    mean_agreement: float | None
-    mean_teacher_forced: float | None
-
-
-@dataclass(frozen=True)
-class Run:
-    time: str
-    seconds: float
-    outcome: str
-    key: str | None
-
-
-@dataclass(frozen=True)
-class StageHistory:
-    stage: str
-    runs: tuple[Run, ...]  # the last PLOTTED built and failed runs, oldest first
-    builds: int  # built and failed runs in the event logs
-    reused: int  # restored or fetched from remote
-
-
-@dataclass(frozen=True)
-class AgreementPoint:
-    time: str
-    check: str
-    key: str
-    mean_agreement: float | None
-    mean_teacher_forced: float | None
-    passed: bool | None
-    fake: bool
-
-
-@dataclass(frozen=True)
-class ModelReport:
-    name: str
-    target: str
-    stages: tuple[Stage, ...]
-    checks: tuple[Check, ...]
-    history: tuple[StageHistory, ...]
-    agreement: tuple[AgreementPoint, ...]
-    check: str | None = None  # the target's verdict stage: the model's badge
-
-    @property
-    def touched(self) -> bool:
-        return any(s.state is not StageState.MISSING for s in self.stages)
-
-
-@dataclass(frozen=True)
-class BuildReport:
-    project: str
-    made: str
-    last_summary: dict[str, Any] | None  # the last invocation's summary line
-    models: tuple[ModelReport, ...]  # those with anything in build/
-    unbuilt: tuple[str, ...]
-    damaged_events: int
-    sweeps: tuple[Sweep, ...] = ()  # models with variants, side by side (report_variants)
-
-
-# -- reading build/ ------------------------------------------------------------------
-
+    from ..declare.targets import TargetSpec
 
 def chains_of(targets: Mapping[str, str],
               declared: Mapping[str, TargetSpec] | None = None) -> dict[str, Chain]:
@@ -386,40 +269,3 @@ def agreement_points(model: str, rows: Iterable[dict[str, Any]]) -> tuple[Agreem
 
 
 # -- writing -------------------------------------------------------------------------
-
-
-def write_report(root: Path, chains: Mapping[str, Chain] | None = None) -> Path:
-    """Write build/report/index.html and summary.md for the project at `root` (its models,
-    unless `chains` names them) and append the new checks to the history; the page's path."""
-    from .html import render
-
-    if chains is None:
-        from ..plan.projectcache import load_project_cached
-
-        project = load_project_cached(root)
-        chains = chains_of({name: m.target for name, m in sorted(project.models.items())},
-                           {m.target: m.pipeline for m in project.models.values()})
-    snap = snapshot(root, chains)
-    made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # as event lines date
-    report = build_report(snap, chains, root.name, made)
-    out = root / REPORT_DIR / "index.html"
-    _write_atomic(out, render(report))
-    from .markdown import render_markdown  # a CI job's summary page shows it
-
-    _write_atomic(root / REPORT_DIR / "summary.md", render_markdown(report))
-    current = [row for m in report.models for row in history_rows(m.name, m.checks, made)]
-    _append_lines(root / HISTORY, merge_history(list(snap.history), current)[1])
-    return out
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _append_lines(path: Path, rows: list[dict[str, Any]]) -> None:
-    if rows:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))

@@ -6,7 +6,7 @@ stage came to in the last invocation that named it. Pure: a `BuildReport` in, te
 
 from __future__ import annotations
 
-from .content import BuildReport, Check, ModelReport, StageState
+from .model import BuildReport, Check, ModelReport, StageState
 
 _BUILT_OR_NOT = {"built": "built", "restored": "restored", "remote": "remote",
                  "uptodate": "up to date", "failed": "**failed**"}

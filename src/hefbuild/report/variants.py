@@ -10,56 +10,21 @@ rule's, when the result was built, so a shared stage shows the same seconds ever
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..declare.variants import VARIANT_SEP
-
-if TYPE_CHECKING:
-    from .content import Check, ModelReport, Stage
-
-AGREEMENT, TEACHER_FORCED = "agreement", "teacher-forced agreement"
-MEAN = ""  # the prompt of a check's row of means
-
-
-@dataclass(frozen=True)
-class StageCell:
-    state: str  # built, restored, … (report.StageState's value)
-    key: str | None
-    seconds: float | None  # what the rule took when the result was built
-    size: int | None  # bytes of the declared outputs
-
-
-@dataclass(frozen=True)
-class StageComparison:
-    stage: str
-    cells: tuple[StageCell, ...]  # one per column
-
-    @property
-    def keys(self) -> int:
-        """Distinct results among the columns that have one."""
-        return len({c.key for c in self.cells if c.key})
-
-    @property
-    def shared(self) -> bool:
-        return self.keys == 1 and all(c.key for c in self.cells)
-
-
-@dataclass(frozen=True)
-class FigureRow:
-    check: str  # the check stage
-    prompt: str  # MEAN for the row of means
-    figure: str  # AGREEMENT or TEACHER_FORCED
-    values: tuple[float | None, ...]  # one per column
-
-
-@dataclass(frozen=True)
-class Sweep:
-    model: str  # the base model
-    columns: tuple[str, ...]  # model names: the base (when built) first, then its variants
-    stages: tuple[StageComparison, ...]
-    figures: tuple[FigureRow, ...]
-    passed: tuple[tuple[str, tuple[bool | None, ...]], ...]  # per check: its verdict per column
+from .model import (
+    AGREEMENT,
+    MEAN,
+    TEACHER_FORCED,
+    Check,
+    FigureRow,
+    ModelReport,
+    Stage,
+    StageCell,
+    StageComparison,
+    Sweep,
+)
 
 
 def base_of(model: str) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from html import escape
 
+from .model import MEAN, FigureRow, StageCell, StageComparison, Sweep
 from .summary import human_bytes
-from .variants import MEAN, FigureRow, StageCell, StageComparison, Sweep
 
 KEY_SHOWN = 12
 CSS = """
