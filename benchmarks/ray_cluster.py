@@ -34,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests")]
-from cluster.raycluster import start, stop  # noqa: E402
+from execute.cluster.raycluster import start, stop  # noqa: E402
 from fakes.cache_server import NginxCache  # noqa: E402
 
 PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "targets", "images")

@@ -9,3 +9,6 @@ from pathlib import Path
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+
+# A minimal project on disk and a loader of `models/m.toml` (declare/, plan/ and others).
+from project_fixtures import load, model, proj  # noqa: E402, F401

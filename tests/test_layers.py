@@ -37,8 +37,9 @@ def layer_of(module: str) -> int:
     return LAYERS.index(module.split(".")[1])
 
 
-def imports_of(path: Path) -> list[tuple[int, str]]:
-    """(line, absolute module) of every import of a hefbuild module or of doit."""
+def imports_of(path: Path, known: set[str] | None = None) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import of a hefbuild module or of doit; with
+    `known` modules, `from pkg import mod` counts as an import of pkg.mod, not of pkg."""
     module, package = module_name(path), path.name == "__init__.py"
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -49,10 +50,43 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
                 target = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 target = node.module or ""
-            found.append((node.lineno, target))
+            subs = [f"{target}.{a.name}" for a in node.names
+                    if known is not None and f"{target}.{a.name}" in known]
+            found += [(node.lineno, t) for t in subs] if len(subs) == len(node.names) \
+                else [(node.lineno, target)]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
     return [(line, t) for line, t in found if t.split(".")[0] in ("hefbuild", "doit")]
+
+
+def cycles(paths: list[Path]) -> list[list[str]]:
+    """The import cycles among `paths` (strongly connected groups of more than one)."""
+    names = {module_name(p): p for p in paths}
+    graph = {m: {t for _, t in imports_of(p, set(names)) if t in names and t != m}
+             for m, p in names.items()}
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(m: str, edges: dict[str, set[str]], out: list[str]) -> None:
+        seen.add(m)
+        for n in sorted(edges[m]):
+            if n not in seen:
+                visit(n, edges, out)
+        out.append(m)
+
+    for m in sorted(graph):
+        if m not in seen:
+            visit(m, graph, order)
+    reverse = {m: {n for n in graph if m in graph[n]} for m in graph}
+    seen.clear()
+    groups = []
+    for m in reversed(order):
+        if m not in seen:
+            group: list[str] = []
+            visit(m, reverse, group)
+            if len(group) > 1:
+                groups.append(sorted(group))
+    return groups
 
 
 def violations(path: Path) -> list[str]:
@@ -86,6 +120,20 @@ def test_every_module_is_in_a_layer_or_a_foundation() -> None:
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
 def test_no_module_imports_from_a_later_layer(path: Path) -> None:
     assert violations(path) == []
+
+
+def test_there_is_no_import_cycle() -> None:
+    assert cycles(MODULES) == []
+
+
+def test_the_cycle_check_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "src" / "hefbuild" / "report"
+    fake.mkdir(parents=True)
+    (fake / "a.py").write_text("from .b import x\n")
+    (fake / "b.py").write_text("def f():\n    from . import a\n")
+    (fake / "c.py").write_text("from . import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path / "src")
+    assert cycles(sorted(fake.glob("*.py"))) == [["hefbuild.report.a", "hefbuild.report.b"]]
 
 
 @pytest.mark.parametrize("layer", LAYERS)

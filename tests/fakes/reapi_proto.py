@@ -1,4 +1,4 @@
-"""Protobuf classes compiled at test time from `tests/unit/reapi_subset.proto`, an excerpt
+"""Protobuf classes compiled at test time from `tests/remote/reapi_subset.proto`, an excerpt
 of the public remote_execution.proto: a parser of ActionResult independent of hefbuild's."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-PROTO_DIR = Path(__file__).resolve().parents[1] / "unit"
+PROTO_DIR = Path(__file__).resolve().parents[1] / "remote"
 
 
 def compile_reapi_subset(out: Path) -> ModuleType:

@@ -22,14 +22,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from engine.helpers import MODEL, make_tiny_project
 
 from hefbuild.declare.project import load_project
 from hefbuild.engine.engine import Engine
 from hefbuild.errors import StageError
 from hefbuild.execute.sandbox import bwrap_path, probe_bwrap
 from hefbuild.execute.seccomp import TABLES
-
-from .helpers import MODEL, make_tiny_project
 
 pytestmark = pytest.mark.skipif(
     bwrap_path() is None and os.environ.get("CI") != "true",

@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from samples import HOST_TOML
 
 from hefbuild.declare.params import ParamType
 from hefbuild.declare.project import load_project
 from hefbuild.declare.targets import StageReport, load_target, load_targets
 from hefbuild.errors import SpecError
-
-from .samples import HOST_TOML
 
 REPO = Path(__file__).resolve().parents[2]
 

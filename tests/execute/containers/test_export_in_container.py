@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from e2e.conftest import Project, copy_project
 
-from containers.conftest import (
+from execute.containers.conftest import (
     PYTHON_IMAGE,
     SESSION,
     build_image,
@@ -41,7 +41,7 @@ from containers.conftest import (
     unavailable,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MODEL = "tiny-llama"
 FETCH, EXPORT = f"fetch:{MODEL}", f"export:{MODEL}"
 TOOLCHAIN = "export-test"

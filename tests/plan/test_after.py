@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from samples import SYNTHETIC
+
 from hefbuild.cli.tasks import _stage_task
 from hefbuild.plan.actions import plan_model, plan_project
-
-from .samples import SYNTHETIC
 
 HAILO = SYNTHETIC.replace("cpu-ort", "hailo10h")
 

@@ -7,11 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from samples import HOST_TOML
 
 from hefbuild.declare.project import Project, load_project
 from hefbuild.declare.specs import ModelSpec
-
-from .samples import HOST_TOML
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "hefbuild"
 WORDS = re.compile(r"hailo|\bhef\b|cpu-ort|cpu_ort|openvino", re.I)
 

@@ -8,14 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from samples import SYNTHETIC
 
 from hefbuild.cli.tasks import _extra_bases, task_names
 from hefbuild.declare.targets import Keep
 from hefbuild.declare.variants import merge_stages, parse_variants, variant_name
 from hefbuild.errors import SpecError
 from hefbuild.plan.actions import plan_model
-
-from .samples import SYNTHETIC
 
 BASE = SYNTHETIC + "\n[stages.quantize]\nmethod = \"static_qdq\"\nsamples = 8\n"
 SWEEP = BASE + """

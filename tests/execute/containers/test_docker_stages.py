@@ -16,7 +16,7 @@ from hefbuild.errors import HefbuildError, RuleFailed, StageError
 from hefbuild.execute.images import build_image
 from hefbuild.store.events import Outcome
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MODEL = "tiny-llama"
 FETCH, EXPORT = f"fetch:{MODEL}", f"export:{MODEL}"
 

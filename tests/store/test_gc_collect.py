@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from engine.helpers import REPO
 
 from hefbuild.cli.gc import format_size
 from hefbuild.errors import StoreError
@@ -21,8 +22,6 @@ from hefbuild.store.gc import GcPolicy, collect, store_summary
 from hefbuild.store.statcache import StatCache
 from hefbuild.store.store import Record, Store
 from hefbuild.store.storelock import StoreLock, register_project, registered_projects
-
-from .helpers import REPO
 
 FORK = multiprocessing.get_context("fork")
 

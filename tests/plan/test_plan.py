@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from samples import SYNTHETIC
 
 from hefbuild.plan.actions import artifact_task, plan_model, plan_project, rule_code_files
-
-from .samples import SYNTHETIC
 
 
 @pytest.fixture

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from samples import SYNTHETIC
 
 from hefbuild.errors import SpecError
-
-from .samples import SYNTHETIC
 
 HUB = '[model]\ntarget = "cpu-ort"\n\n[source]\nhub = "org/name"\nrevision = "main"\n'
 
