@@ -5,7 +5,7 @@ The heartbeat names the latest phase a stage's log announced (`phase: placement 
 from one that hangs. Lines that match nothing leave the phase as it was.
 
 The table is data: a target declares it (`[watch]` and `[[watch.phases]]` in its
-`targets/<name>.toml`, loaded by hefbuild.targets) and the engine hands it to the watch of
+`targets/<name>.toml`, loaded by declare/targets.py) and the engine hands it to the watch of
 that target's stages; a target that declares none gets no phase.
 
 - Each rule: a regular expression, the phase it names, an optional detail (a format string

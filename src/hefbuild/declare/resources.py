@@ -4,7 +4,7 @@ Declared as `resources = {GPU = 1, memory = "8GiB", gpu_host = 1}` on a target's
 toolchain (`[resources]`, for every stage that runs in it) or a model's `[stages.<stage>]`
 (the model wins, then the target, then the toolchain). Resources never enter a key: where a
 stage runs must not change what it makes. Locally they are only a description; on a cluster
-(executors/ray.py) they choose the node.
+(execute/ray.py) they choose the node.
 
 `CPU`, `GPU` and `memory` are the scheduler's own; any other name is a custom resource that
 a node offers (`ray start --resources='{"<name>": 1}'`).

@@ -101,7 +101,7 @@ def _wheels_source(tc: dict[str, Any], shown: str) -> str:
 
 def _venv(tc: dict[str, Any], shown: str, root: Path) -> dict[str, str]:
     """A second Python environment made by hefbuild: a base interpreter and a lock file of
-    exact pins under toolchain/ (hefbuild.venvs)."""
+    exact pins under toolchain/ (execute/venvs.py)."""
     python = tc.get("python", "python3")
     if not isinstance(python, str) or not python:
         raise SpecError(shown, "toolchain.python", "the base interpreter, e.g. 'python3'")

@@ -27,10 +27,10 @@ class Watch:
     silence_s: float = 900.0
     emit: Callable[[dict[str, Any]], None] | None = None
     # How long comparable earlier builds took (their median), and how many there were:
-    # the heartbeat gives an ETA and calls out a stage running far longer (hefbuild.history).
+    # the heartbeat gives an ETA and calls out a stage running far longer (store/history.py).
     usual_s: float | None = None
     usual_builds: int = 0
-    # The stage's target's phase table (hefbuild.targets): names the phase its log announces.
+    # The stage's target's phase table (declare/targets.py): names the phase its log announces.
     phases: PhaseTable | None = None
 
 
@@ -48,7 +48,7 @@ class StageRun:
     limits: Limits = field(default_factory=Limits)
     watch: Watch = field(default_factory=Watch)
     image: str | None = None  # docker toolchains: the pinned image ID
-    sandbox: bool = True  # host stages in bubblewrap (see executors/sandbox.py)
+    sandbox: bool = True  # host stages in bubblewrap (see execute/sandbox.py)
     network: bool = False  # fetch alone reaches the network (and gets the hub credentials)
     writable: tuple[Path, ...] = ()  # beyond out/ and work/ (fetch: the Hugging Face cache)
     log_file: Path | None = None  # where the rule's output streams (default scratch/log.txt)

@@ -1,6 +1,6 @@
 """What a cluster node checks before it runs a stage, and what the driver checks of a node.
 
-A stage's key describes the driver's toolchain (hefbuild.toolchain probes it there). A node
+A stage's key describes the driver's toolchain (execute/toolchain.py probes it there). A node
 with another interpreter or another package version would store its result under a key
 that describes something else, so the node probes the toolchain it would run, the same way,
 and refuses on any difference. It also refuses when it runs another hefbuild than the

@@ -2,7 +2,7 @@
 
 The driver (this process) never sends bytes through Ray: it makes sure every file the stage
 reads is in the remote cache's CAS, submits a streaming task carrying only the action and
-digests (executors/ray_worker.py), relays the node's log and heartbeats as they come, and
+digests (execute/ray_worker.py), relays the node's log and heartbeats as they come, and
 fetches the outputs by digest, verified, into the stage's out/, where the engine checks and
 stores them exactly as after a local run. A lost worker, a failed task or Ctrl-C leaves no
 result (the engine stores only what a finished run returned).

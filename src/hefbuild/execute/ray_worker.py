@@ -8,9 +8,9 @@ runs, the log as it grows and the heartbeats, then the result record. Nothing it
 trusted by the driver until the driver has fetched and verified it by digest.
 
 Before it fetches anything it checks that it runs the driver's hefbuild and the toolchain
-the key describes (executors/node_checks.py); on a difference it yields one `refused` line
+the key describes (execute/node_checks.py); on a difference it yields one `refused` line
 and stops, having stored nothing. After the stage, the node's store is kept within the
-project's [gc] bounds (hefbuild.gc.collect_node).
+project's [gc] bounds (store/gc.py: collect_node).
 """
 
 from __future__ import annotations

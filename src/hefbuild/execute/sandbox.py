@@ -13,7 +13,7 @@ The rule holds no capabilities and cannot gain any, even when doit runs as root:
 an unprivileged uid in its own user namespace (which maps it to whoever runs doit, so its
 files are theirs), with every capability dropped, no new privileges, no further user
 namespaces, a read-only /proc (its sysctls would otherwise answer to a uid that is root
-outside) and a seccomp filter (executors/seccomp.py) on the calls that reach outside.
+outside) and a seccomp filter (execute/seccomp.py) on the calls that reach outside.
 
 Unsandboxed (the project opted out), a small reaper runs the rule as a child subreaper
 (PR_SET_CHILD_SUBREAPER): whatever double-forks or calls setsid is re-parented to it, and

@@ -2,7 +2,7 @@
 
 A `host` toolchain's identity is the interpreter's version and platform plus the installed
 version of every package the toolchain file names; a `venv` toolchain's, the digest of its lock
-file and base interpreter (hefbuild.venvs), which needs no environment to exist.
+file and base interpreter (execute/venvs.py), which needs no environment to exist.
 
 Reading package metadata costs ~50 ms, too much for a no-op build, so identities are cached
 in `.hefbuild/toolchains.json` against the stat of the interpreter and of its site-packages
@@ -79,7 +79,7 @@ class ToolchainResolver:
                                                              self._venv_base(spec)))
         return self._cached_or_probe(spec)
 
-    # -- venv toolchains (hefbuild.venvs) ----------------------------------------------
+    # -- venv toolchains (execute/venvs.py) ----------------------------------------------
 
     def venv_spec(self, spec: ToolchainSpec) -> venvs.VenvSpec:
         root = self._toolchain_dir.parent if self._toolchain_dir else Path.cwd()

@@ -10,7 +10,7 @@ On-disk layout (format v1), under the store root:
                                  builders of one key build it once
     v1/projects/<id>.json        the projects whose build/ links objects (for `doit gc`)
     v1/uploads/<r>/<k>           result k is still to be uploaded to remote cache r
-                                 (hefbuild.upload_queue)
+                                 (store/upload_queue.py)
     v1/gc.lock                   shared by writers, exclusive for `doit gc`
 
 A record's mtime is its last use (build, restore, remote fetch): `doit gc` drops the
