@@ -1,10 +1,11 @@
-"""Fixtures of the CI tests: a normal user and a scratch folder it owns."""
+"""Fixtures of the CI tests: a normal user and scratch folders it owns."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,26 +18,28 @@ def user() -> User:
     return normal_user()
 
 
+@contextmanager
+def owned_folder(user: User, prefix: str) -> Iterator[Path]:
+    """Under /tmp (pytest's own folders are root's, mode 0700), owned by the user, removed
+    afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o755)
+    user.owns(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def pip_cache(user: User) -> Iterator[Path]:
     """pip's downloads, shared by every install of these tests (a runner's pip cache): the
     second install of the same pins takes seconds, not a minute."""
-    path = Path(tempfile.mkdtemp(prefix="hefbuild-ci-pip-", dir="/tmp"))
-    path.chmod(0o755)
-    user.owns(path)
-    try:
+    with owned_folder(user, "hefbuild-ci-pip-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def workdir(user: User) -> Iterator[Path]:
-    """Under /tmp (pytest's own folders are root's, mode 0700), owned by the user."""
-    path = Path(tempfile.mkdtemp(prefix="hefbuild-ci-", dir="/tmp"))
-    path.chmod(0o755)
-    user.owns(path)
-    try:
+    with owned_folder(user, "hefbuild-ci-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)

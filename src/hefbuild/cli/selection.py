@@ -58,17 +58,24 @@ def _positionals(argv: list[str]) -> list[str] | None:
     return None if skip else words
 
 
+def _task_words(argv: list[str]) -> list[str] | None:
+    """The task words of a `doit [run]` command line ([] when none, or unsure); None for
+    another command (`list`, `status`, ...)."""
+    words = _positionals(argv) or []
+    if words and words[0] in _COMMANDS:
+        if words[0] != "run":
+            return None
+        words = words[1:]
+    return words
+
+
 def models_named(argv: list[str], models: set[str], toolchains: set[str]) -> set[str] | None:
     """The models whose tasks this command line can need, or None for all of them."""
     if os.environ.get("HEFBUILD_ALL_TASKS"):
         return None
-    words = _positionals(argv)
+    words = _task_words(argv)
     if not words:
         return None
-    if words[0] in _COMMANDS:
-        if words[0] != "run":
-            return None
-        words = words[1:]
     named: set[str] = set()
     for word in words:
         match = _TASK.match(word)
@@ -86,11 +93,9 @@ def models_named(argv: list[str], models: set[str], toolchains: set[str]) -> set
 def left_out(argv: list[str], manual: set[str]) -> set[str]:
     """The `manual` models a run leaves out: all of them, unless a task word names one
     (`doit verify:smollm2`); none for a command that runs nothing (`list`, `status`)."""
-    words = _positionals(argv) or []
-    if words and words[0] in _COMMANDS:
-        if words[0] != "run":
-            return set()
-        words = words[1:]
+    words = _task_words(argv)
+    if words is None:
+        return set()
     named = {m.group(2) for w in words if (m := _TASK.match(w))}
     return manual - named
 
@@ -100,14 +105,7 @@ def unknown_task(argv: list[str], known: set[str]) -> str | None:
     with the closest names; None when every word is known (or this is another command)."""
     import difflib
 
-    words = _positionals(argv)
-    if not words:
-        return None
-    if words[0] in _COMMANDS:
-        if words[0] != "run":
-            return None
-        words = words[1:]
-    for word in words:
+    for word in _task_words(argv) or []:
         if word in known:
             continue
         close = difflib.get_close_matches(word, sorted(known), n=3, cutoff=0.6)
