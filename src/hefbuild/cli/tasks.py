@@ -199,7 +199,9 @@ def _say_broken(project: Project, selected: set[str] | None) -> None:
 
 def _without_manual(project: Project, selected: set[str] | None) -> set[str] | None:
     """A run of groups or defaults leaves out the manual models (said once, with why);
-    naming one of their tasks runs it."""
+    naming one of their tasks runs it. Named tasks alone create only their models anyway."""
+    if selected is not None:
+        return selected
     out = left_out(sys.argv[1:], {n for n, m in project.models.items() if m.manual})
     if not out:
         return selected
@@ -207,7 +209,7 @@ def _without_manual(project: Project, selected: set[str] | None) -> set[str] | N
     print(f"hefbuild: left out of this run, as their [model] manual says: {', '.join(names)} "
           f"(name a task to build one, e.g. `doit {_example(project, names[0])}`)",
           file=sys.stderr)
-    return (selected if selected is not None else set(project.models)) - out
+    return set(project.models) - out
 
 
 def _example(project: Project, model: str) -> str:
