@@ -13,8 +13,8 @@ first connection with one line, never retried. On the device host every step is 
            `<scope>__tbt`, six inputs, `prefill_input_tokens_count` in the config (a `_size` key
            is silently ignored);
 2. copy    (`_files`) the HEF by content digest to `<remote_dir>/<sha256>/model.hef` (skipped
-           when that file is there and its remote sha256sum matches), plus device_check.py
-           (`DEVICE_FILES`) and the npz;
+           when that file is there and its remote sha256sum matches), plus device_check.py with
+           its `device_check_*.py` modules (`DEVICE_FILES`) and the npz;
 3. versions  HailoRT and firmware must equal the toolchain's pins, else one line, no retry;
 4. generate  (`_retry`) one attempt = one fresh process under the attempt timeout; only the
            transient class (exit 3, a timeout, a lost ssh connection) is retried, with
@@ -54,9 +54,10 @@ from common.hailo_verify_retry import Device, DeviceFailure, Retry, call, requir
 
 CHECK_DIR = Path(__file__).resolve().parent
 CHECK_SCRIPT = CHECK_DIR / "device_check.py"
-# What runs on the device host, copied to remote_dir; the stage declares the same files as
-# its `code` (targets/hailo10h.toml), so they are in its key.
-DEVICE_FILES = ("device_check.py",)
+# device_check.py and the modules it imports, copied side by side to remote_dir; the stage
+# declares the same files as its `code` (targets/hailo10h.toml), so they are in its key.
+DEVICE_FILES = ("device_check.py", "device_check_errors.py", "device_check_versions.py",
+                "device_check_audit.py", "device_check_generate.py")
 
 
 def stage_files(dev: Device, hef: Path, npz: Path | None) -> dict[str, str]:
