@@ -30,20 +30,17 @@ with statistics that never occur at inference. Each sample is a batch of one at 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import random
 import re
 import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from common.action import Action, check_outputs, fail, load_action
-from common.onnx_file import external_ref, inline_size, load_lazily, read_array, save_inline
+from common.onnx_file import inline_size, load_lazily, save_inline
+from common.onnx_untie import untie_transposed_weights
+from common.ort_calibration import calibrate, read_samples, tokenize
 
 # quantize_static writes helper files (e.g. "<name>-inferred.onnx") next to its input, and the
 # upstream folder is read-only, so the model is copied here first; nothing here reaches `out`.
@@ -52,90 +49,11 @@ SOURCE = WORK_DIR / "model.onnx"  # the float model, copied
 ORT_INPUT = WORK_DIR / "float.onnx"  # its graph, initializers referring into SOURCE
 ORT_OUTPUT = WORK_DIR / "ort.int8.onnx"  # ONNX Runtime's result, data in ORT_OUTPUT.data
 CALIBRATION_CACHE = WORK_DIR / "calibration.json"
-UNTIED = WORK_DIR / "untied.bin"  # transposed copies of tied weights (see untie_transposed_weights)
+UNTIED = WORK_DIR / "untied.bin"  # transposed copies of tied weights (common.onnx_untie)
 TARGET = WORK_DIR / "model.int8.onnx"
 QUANT_TYPES = ("QInt8", "QUInt8")
 METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
 META_PREFIX = "hefbuild.quantize."
-
-
-def read_samples(path: Path, samples: int, seed: int) -> list[str]:
-    try:
-        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
-    except OSError as exc:
-        fail(f"quantize: cannot read calibration file {path.name}: {exc}")
-    lines = [ln for ln in lines if ln]
-    if not lines:
-        fail(f"quantize: calibration file {path.name} has no non-empty lines")
-    random.Random(seed).shuffle(lines)
-    if len(lines) < samples:
-        print(f"note: only {len(lines)} calibration lines, fewer than samples={samples}")
-    return lines[:samples]
-
-
-def tokenize(ckpt: Path, lines: list[str], seq_len: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
-    encoded = [tok(line).input_ids[:seq_len] for line in lines]
-    return [ids for ids in encoded if ids]
-
-
-class TokenReader:
-    """CalibrationDataReader over pre-tokenized samples (duck-typed: get_next + rewind)."""
-
-    def __init__(self, samples: list[list[int]]) -> None:
-        self.samples = samples
-        self.index = 0
-
-    def get_next(self) -> dict[str, Any] | None:
-        import numpy as np
-
-        if self.index >= len(self.samples):
-            return None
-        ids = np.asarray([self.samples[self.index]], dtype=np.int64)
-        self.index += 1
-        return {"input_ids": ids}
-
-    def rewind(self) -> None:
-        self.index = 0
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-
-@contextlib.contextmanager
-def single_threaded_calibration() -> Iterator[None]:
-    """The calibrator builds its own session with default (multi-)threading; pin it to one
-    thread so activation ranges, hence scales and output bytes, cannot depend on scheduling.
-
-    Memory: by then the calibrator has saved the augmented model with external data, which
-    cleared the tensors of its in-memory copy but not the memory they held (a protobuf message
-    frees it only when it is freed): the copy is replaced by an equal one read without the
-    data. (Prepacking stays on: without it the float results differ in the last bits, and so
-    would the ranges.)"""
-    import onnx
-    import onnxruntime
-    from onnxruntime.quantization import calibrate
-
-    original = calibrate.CalibraterBase.create_inference_session
-
-    def create(self: Any) -> None:
-        self.model = onnx.load(self.augmented_model_path, load_external_data=False)
-        so = onnxruntime.SessionOptions()
-        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-        self.infer_session = onnxruntime.InferenceSession(
-            self.augmented_model_path, sess_options=so, providers=self.execution_providers
-        )
-
-    calibrate.CalibraterBase.create_inference_session = create
-    try:
-        yield
-    finally:
-        calibrate.CalibraterBase.create_inference_session = original
 
 
 def quant_type(action: Action, name: str, default: str) -> Any:
@@ -172,65 +90,10 @@ def float_model(base_dir: Path, keep_float: frozenset[str] = frozenset()) -> Any
     """SOURCE, read lazily (references relative to base_dir), a tied lm_head untied unless
     its MatMul is in keep_float."""
     model = load_lazily(SOURCE, base_dir)
-    untied = untie_transposed_weights(model, base_dir, keep_float)
+    untied = untie_transposed_weights(model, base_dir, keep_float, UNTIED)
     if untied:
         print(f"tied weights: {untied} MatMul weight(s) transposed from a shared initializer")
     return model
-
-
-def plain_transpose(node: Any) -> bool:
-    perm = [list(a.ints) for a in node.attribute if a.name == "perm"]
-    return node.op_type == "Transpose" and perm in ([], [[1, 0]])
-
-
-def transposed_copy(tensor: Any, base_dir: Path, data: BinaryIO) -> Any:
-    """An initializer `<name>.T` holding tensor's transpose, its data appended to `data` (the
-    file UNTIED) and referred to from there."""
-    import numpy as np
-    import onnx
-
-    array = np.ascontiguousarray(read_array(tensor, base_dir).T)
-    copy = onnx.TensorProto(name=f"{tensor.name}.T", data_type=tensor.data_type)
-    copy.dims.extend(array.shape)
-    offset = data.tell()
-    data.write(array.data)
-    external_ref(copy, os.path.relpath(UNTIED, base_dir), offset, array.nbytes)
-    return copy
-
-
-def untie_transposed_weights(model: Any, base_dir: Path, keep_float: frozenset[str]) -> int:
-    """A MatMul whose weight is Transpose(initializer) (export's tied lm_head) reads a transposed
-    copy instead, an initializer the quantizers see as a constant weight and replace by its
-    quantized form; MatMuls named in keep_float keep the Transpose (no float copy). A Transpose
-    left with no user is removed. Returns how many copies were made."""
-    tensors = {t.name: t for t in model.graph.initializer}
-    uses: dict[str, list[Any]] = {}
-    for node in model.graph.node:
-        for value in node.input:
-            uses.setdefault(value, []).append(node)
-    outputs = {o.name for o in model.graph.output}
-    dropped, copies = set(), 0
-    with open(UNTIED, "wb") as data:
-        for node in model.graph.node:
-            if not plain_transpose(node) or node.input[0] not in tensors:
-                continue
-            out, users = node.output[0], uses.get(node.output[0], [])
-            matmuls = [u for u in users if u.op_type == "MatMul" and u.input[1] == out
-                       and u.input[0] != out and u.name not in keep_float]
-            if not matmuls:
-                continue
-            copy = transposed_copy(tensors[node.input[0]], base_dir, data)
-            model.graph.initializer.append(copy)
-            copies += 1
-            for user in matmuls:
-                user.input[1] = copy.name
-            if len(matmuls) == len(users) and out not in outputs:
-                dropped.add(out)
-    kept = [n for n in model.graph.node
-            if not (n.op_type == "Transpose" and n.output[0] in dropped)]
-    model.graph.ClearField("node")
-    model.graph.node.extend(kept)
-    return copies
 
 
 def ort_input(model: Any) -> Path:
@@ -246,24 +109,6 @@ def ort_output() -> Any:
     import onnx
 
     return onnx.load(str(ORT_OUTPUT), load_external_data=False)
-
-
-def calibrate(source: Path, samples: list[list[int]], op_types: list[str]) -> Path:
-    """quantize_static's own MinMax calibration, run beforehand and handed over as its range
-    cache: quantize_static would otherwise hold the whole model while the calibrator loads it
-    again and runs it."""
-    from onnxruntime.quantization import CalibrationMethod, create_calibrator, save_tensors_data
-
-    with single_threaded_calibration(), tempfile.TemporaryDirectory(dir=WORK_DIR) as tmp:
-        calibrator = create_calibrator(
-            source, op_types, augmented_model_path=str(Path(tmp) / "augmented_model.onnx"),
-            calibrate_method=CalibrationMethod.MinMax, use_external_data_format=True,
-        )
-        calibrator.collect_data(TokenReader(samples))
-        ranges = calibrator.compute_data()
-        del calibrator
-    save_tensors_data(ranges, CALIBRATION_CACHE)
-    return CALIBRATION_CACHE
 
 
 def quantize_static_qdq(action: Action) -> Quantized:
@@ -293,7 +138,7 @@ def quantize_static_qdq(action: Action) -> Quantized:
         print(f"excluded from quantization: {len(exclude)} nodes")
     source = ort_input(model)
     del model
-    cache = calibrate(source, samples, op_types)
+    cache = calibrate(source, samples, op_types, WORK_DIR, CALIBRATION_CACHE)
     quantize_static(
         str(source),
         str(ORT_OUTPUT),

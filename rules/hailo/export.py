@@ -3,7 +3,7 @@
 Outputs (all byte-deterministic):
 - `model.onnx`: our own float32 decoder (`common.hailo_graph`), six inputs, last-position
   logits (`logits`, or `logits_0..N-1` when vocab > shard_vocab), TorchScript exporter,
-  opset 17, no constant folding; only ops of `hailo_graph.ALLOWED_OPS`.
+  opset 17, no constant folding; only ops of `hailo_graph_export.ALLOWED_OPS`.
 - `hf_reference.npz`: the gate's reference: `input_ids` [1, seq] int64 (left-padded),
   the six arrays fed to ONNX Runtime, `last_logits` [vocab] float32 (transformers, eager,
   float32, on the unpadded ids), `embedding_table` [vocab, hidden] float32, `pad_id`,
@@ -62,7 +62,7 @@ def special_ids(tok: Any, config: Any) -> dict[str, int | None]:
 def reference(action: Action, tok: Any, model: Any, spec: Any, pad_id: int) -> dict[str, Any]:
     """Arrays of hf_reference.npz: left-padded ids, graph inputs, HF last logits, table."""
     import numpy as np
-    from common.hailo_graph import hf_last_logits
+    from common.hailo_graph_export import hf_last_logits
     from common.hailo_inputs import graph_inputs, left_pad
 
     text = str(action.params.get("reference_text", ""))
@@ -95,7 +95,7 @@ def reference(action: Action, tok: Any, model: Any, spec: Any, pad_id: int) -> d
 def run_config(
     action: Action, spec: Any, ids: dict[str, Any], tok: Any, layer_names: dict[str, list[str]]
 ) -> dict[str, Any]:
-    from common.hailo_graph import OPSET
+    from common.hailo_graph_export import OPSET
     from common.hailo_inputs import MASK_BLOCKED
 
     data = {
@@ -157,16 +157,25 @@ def main() -> None:
     pin_torch(SEED)
 
     import onnx
-    from common import hailo_graph as hg
+    from common.hailo_graph import HailoDecoder
+    from common.hailo_graph_export import (
+        export_onnx,
+        gate,
+        graph_problems,
+        ort_logits,
+        projection_nodes,
+        torch_logits,
+    )
+    from common.hailo_graph_spec import UnsupportedModel, spec_from_config
     from common.hailo_inputs import INPUT_NAMES, save_npz
     from common.hailo_tokenizer import prepare_tokenizer
 
     ckpt = action.input_dir("fetch") / "checkpoint"
     tok, model = load_checkpoint(ckpt)
     try:
-        spec = hg.spec_from_config(model.config, seq, shard_vocab)
-        module = hg.HailoDecoder(spec, model).eval()
-    except hg.UnsupportedModel as exc:
+        spec = spec_from_config(model.config, seq, shard_vocab)
+        module = HailoDecoder(spec, model).eval()
+    except UnsupportedModel as exc:
         fail(f"export: unsupported model: {exc}")
     ids = special_ids(tok, model.config)
     ref = reference(action, tok, model, spec, ids["pad_token_id"])
@@ -177,20 +186,20 @@ def main() -> None:
         flush=True,
     )
 
-    hg.export_onnx(module, EXPORT_PATH)
+    export_onnx(module, EXPORT_PATH)
     graph = onnx.load(str(EXPORT_PATH))
     onnx.checker.check_model(graph)
-    problems = hg.graph_problems(graph, spec)
+    problems = graph_problems(graph, spec)
     if problems:
         fail(f"export: graph breaks the Hailo contract: {'; '.join(problems)}")
     try:
-        layer_names = hg.projection_nodes(graph, spec)
-    except hg.UnsupportedModel as exc:
+        layer_names = projection_nodes(graph, spec)
+    except UnsupportedModel as exc:
         fail(f"export: {exc}")
 
     feeds = {name: ref[name] for name in INPUT_NAMES}
-    result = hg.gate(ref["last_logits"], hg.ort_logits(EXPORT_PATH, feeds), cosine_min)
-    module_gate = hg.gate(ref["last_logits"], hg.torch_logits(module, feeds), cosine_min)
+    result = gate(ref["last_logits"], ort_logits(EXPORT_PATH, feeds), cosine_min)
+    module_gate = gate(ref["last_logits"], torch_logits(module, feeds), cosine_min)
     if result.cosine != result.cosine:  # NaN: the graph produced non-finite logits
         fail("export gate failed: ONNX Runtime logits are not finite")
     print(

@@ -144,3 +144,106 @@ def test_relative_import_between_helpers(rules):
     write(rules, "common/determinism.py", "from .action import load_action\n")
     write(rules, "r.py", "from common.determinism import ort_session\n")
     assert "common/action.py" in names(rules, rule_code_files(rules, "r.py"))
+
+
+# -- the repository's own stages: every file a stage runs is in its key ----------------------
+
+REPO = Path(__file__).resolve().parents[2]
+# Stages whose rule was split into modules, and the modules they now run.
+SPLIT = {
+    ("hailo10h", "verify"): (
+        "common/hailo_verify_retry.py", "common/hailo_verify_files.py",
+        "common/hailo_verify_audit.py", "common/hailo_verify_compare.py",
+        "common/hailo_verify_logs.py", "hailo/device_check.py", "hailo/device_check_errors.py",
+        "hailo/device_check_versions.py", "hailo/device_check_audit.py",
+        "hailo/device_check_generate.py"),
+    ("hailo10h", "fidelity"): (
+        "common/hailo_fidelity_plan.py", "common/hailo_fidelity_graphs.py",
+        "common/hailo_fidelity_compare.py"),
+    ("hailo10h", "export"): (
+        "common/hailo_graph.py", "common/hailo_graph_spec.py", "common/hailo_graph_export.py"),
+    ("cpu-ort", "quantize"): ("common/ort_calibration.py", "common/onnx_untie.py"),
+}
+
+
+def rule_key(rules: Path, target: str, stage: str) -> str:
+    """The key of a stage whose rule code is `rules` and all else fixed: the rule digests
+    the engine puts in it (Engine._rule_digests) are the only part that varies."""
+    from hefbuild.digest import sha256_file
+    from hefbuild.key import ActionKey, describe
+    from hefbuild.targets import stage_defs
+
+    sdef = stage_defs(REPO, target)[stage]
+    digests = {p.relative_to(rules).as_posix(): sha256_file(p).hex
+               for p in rule_code_files(rules, sdef.rule, sdef.code)}
+    return ActionKey.of(describe(stage=stage, outputs=sdef.outputs, rule=digests, inputs={},
+                                 files={}, params={}, source=None, toolchain={}, env={})).hex
+
+
+@pytest.fixture(scope="module")
+def repo_rules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+
+    copy = tmp_path_factory.mktemp("repo") / "rules"
+    shutil.copytree(REPO / "rules", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+@pytest.mark.parametrize(("target", "stage", "module"),
+                         [(t, s, m) for (t, s), mods in SPLIT.items() for m in mods])
+def test_a_split_stages_key_covers_each_of_its_modules(repo_rules: Path, target: str,
+                                                       stage: str, module: str) -> None:
+    before = rule_key(repo_rules, target, stage)
+    path = repo_rules / module
+    original = path.read_bytes()
+    try:
+        path.write_bytes(original + b"# edited\n")
+        assert rule_key(repo_rules, target, stage) != before, f"{module} is not in the key"
+    finally:
+        path.write_bytes(original)
+    assert rule_key(repo_rules, target, stage) == before
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module name a file imports, at any depth (a full parse, unlike the scanner's)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            if node.module == "common":
+                names |= {f"common.{a.name}" for a in node.names}
+    return names
+
+
+def _project_module(rules: Path, script_dir: Path, name: str) -> Path | None:
+    """The file under rules/ an import resolves to, run as the engine runs a rule (the rule's
+    folder first on sys.path, then rules/), or None for a library."""
+    parts = name.split(".")
+    if parts[0] == "common":
+        path = rules / "common" / f"{parts[1]}.py" if len(parts) > 1 else None
+        return path if path is not None and path.is_file() else None
+    for folder in (script_dir, rules):
+        if (folder / f"{parts[0]}.py").is_file():
+            return folder / f"{parts[0]}.py"
+    return None
+
+
+@pytest.mark.parametrize("target", ["cpu-ort", "hailo10h", "openvino"])
+def test_every_file_a_stage_runs_is_in_its_key(target: str) -> None:
+    from hefbuild.targets import stage_defs
+
+    rules = REPO / "rules"
+    for sdef in stage_defs(REPO, target).values():
+        keyed = set(rule_code_files(rules, sdef.rule, sdef.code))
+        for path in keyed:
+            script_dir = path.parent if path.parent != rules / "common" else \
+                (rules / sdef.rule).parent
+            for name in _imported(path):
+                module = _project_module(rules, script_dir, name)
+                assert module is None or module in keyed, \
+                    f"{target} {sdef.name}: {path.relative_to(rules)} imports {name}, " \
+                    f"not in the key"

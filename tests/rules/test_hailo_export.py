@@ -152,7 +152,7 @@ def test_onnx_interface_matches_the_contract(built: dict[str, Built], name: str)
 @pytest.mark.parametrize("name", MODELS)
 def test_graph_has_only_parser_friendly_ops(built: dict[str, Built], name: str) -> None:
     import onnx
-    from common.hailo_graph import ALLOWED_OPS
+    from common.hailo_graph_export import ALLOWED_OPS
 
     graph = onnx.load(str(built[name].export.out / "model.onnx")).graph
     ops = {n.op_type for n in graph.node}
@@ -198,7 +198,7 @@ def test_gate_passes_and_is_reported(built: dict[str, Built], name: str) -> None
 
 @pytest.mark.parametrize("name", MODELS)
 def test_reference_npz_holds_exactly_what_the_gate_fed(built: dict[str, Built], name: str) -> None:
-    from common.hailo_graph import ort_logits
+    from common.hailo_graph_export import ort_logits
 
     b = built[name]
     cfg, hf = run_config(b), hf_config(b)
@@ -244,7 +244,7 @@ def test_mask_is_left_padded_causal_and_windowed(built: dict[str, Built]) -> Non
 def test_a_wrong_host_mask_fails_the_gate(
     built: dict[str, Built], name: str, n_real: int | None, window: int | None
 ) -> None:
-    from common.hailo_graph import gate, ort_logits
+    from common.hailo_graph_export import gate, ort_logits
     from common.hailo_inputs import attention_mask
 
     out = built[name].export.out
@@ -362,17 +362,19 @@ def test_a_wrong_graph_fails_the_gate(
 ) -> None:
     import torch
     from common import hailo_graph as hg
+    from common import hailo_graph_export as hx
+    from common import hailo_graph_spec as hs
     from transformers import AutoModelForCausalLM
 
     b = built["tiny-hailo-qwen3"]
     model = AutoModelForCausalLM.from_pretrained(
         b.rules.fetch_dir / "checkpoint", dtype="float32", attn_implementation="eager"
     ).eval()
-    spec = hg.spec_from_config(model.config, 32, 32000)
+    spec = hs.spec_from_config(model.config, 32, 32000)
     module = hg.HailoDecoder(spec, model).eval()
     ref = np.load(b.export.out / "hf_reference.npz")
     feeds = {n: ref[n] for n in INPUT_NAMES}
-    assert hg.gate(ref["last_logits"], hg.torch_logits(module, feeds), 0.999).passed
+    assert hx.gate(ref["last_logits"], hx.torch_logits(module, feeds), 0.999).passed
     with torch.no_grad():
         if corrupt == "weight":
             module.layers[1].self_attn.v_proj.weight.mul_(-1.0)
@@ -383,7 +385,7 @@ def test_a_wrong_graph_fails_the_gate(
         m = feeds["attention_mask"].reshape(32, 4, 32)
         feeds["attention_mask"] = np.ascontiguousarray(m.transpose(0, 2, 1)).reshape(1, 1, 32, 128)
     path = tmp_path / "model.onnx"
-    hg.export_onnx(module, path)
-    result = hg.gate(ref["last_logits"], hg.ort_logits(path, feeds), 0.999)
+    hx.export_onnx(module, path)
+    result = hx.gate(ref["last_logits"], hx.ort_logits(path, feeds), 0.999)
     assert not result.passed, result
     assert result.cosine < 0.99

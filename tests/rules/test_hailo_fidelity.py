@@ -21,13 +21,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "rules"))
-sys.path.insert(0, str(REPO / "rules" / "hailo"))
 
-import fidelity as fid  # noqa: E402
 from common import hailo_precision as hp  # noqa: E402
 from common import qdq_emulation as qe  # noqa: E402
 from common.action import Action  # noqa: E402
 from common.hailo_calibration import calibration_rows  # noqa: E402
+from common.hailo_fidelity_graphs import Feeder  # noqa: E402
 
 from hefbuild.declare.specs import load_model  # noqa: E402
 from hefbuild.declare.targets import stage_defs  # noqa: E402
@@ -253,7 +252,7 @@ def test_calibration_rows_are_optimizes(chain: Chain) -> None:
                     {"calibration": REPO / DEFS["fidelity"].params["calibration"].default},
                     chain.root / "unused")
     with np.load(chain.dirs["export"] / "hf_reference.npz") as ref:
-        feeder = fid.Feeder(config, ref["embedding_table"])
+        feeder = Feeder(config, ref["embedding_table"])
     embeds = np.stack([feeder.feeds(r)["inputs_embeds"] for r in calibration_rows(action, config)])
     embeds = np.ascontiguousarray(embeds, dtype=np.float32).reshape(given["ndarray"]["shape"])
     assert hashlib.sha256(embeds.tobytes()).hexdigest() == given["ndarray"]["sha256"]
