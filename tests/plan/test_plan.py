@@ -168,10 +168,10 @@ SPLIT = {
 
 def rule_key(rules: Path, target: str, stage: str) -> str:
     """The key of a stage whose rule code is `rules` and all else fixed: the rule digests
-    the engine puts in it (Engine._rule_digests) are the only part that varies."""
+    the engine puts in it (engine/keys.py) are the only part that varies."""
+    from hefbuild.declare.targets import stage_defs
     from hefbuild.digest import sha256_file
-    from hefbuild.key import ActionKey, describe
-    from hefbuild.targets import stage_defs
+    from hefbuild.plan.key import ActionKey, describe
 
     sdef = stage_defs(REPO, target)[stage]
     digests = {p.relative_to(rules).as_posix(): sha256_file(p).hex
@@ -234,7 +234,7 @@ def _project_module(rules: Path, script_dir: Path, name: str) -> Path | None:
 
 @pytest.mark.parametrize("target", ["cpu-ort", "hailo10h", "openvino"])
 def test_every_file_a_stage_runs_is_in_its_key(target: str) -> None:
-    from hefbuild.targets import stage_defs
+    from hefbuild.declare.targets import stage_defs
 
     rules = REPO / "rules"
     for sdef in stage_defs(REPO, target).values():
