@@ -202,7 +202,7 @@ def test_the_summary_without_a_prefill_check_prints_the_prompts(capsys):
 def test_what_verify_ships_is_the_stages_declared_code_and_all_device_check_needs():
     import ast
 
-    from hefbuild.targets import stage_defs
+    from hefbuild.declare.targets import stage_defs
 
     code = stage_defs(REPO, "hailo10h")["verify"].code
     assert tuple(f"hailo/{name}" for name in v.DEVICE_FILES) == code
