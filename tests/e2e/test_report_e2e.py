@@ -35,6 +35,11 @@ def test_doit_report_shows_the_chain_and_the_check(project: Project):
         assert escape(row["candidate_text"]) in page and escape(row["reference_text"]) in page
         assert f"{row['teacher_forced_agreement']:.3f}" in page
     assert "http://" not in page and "https://" not in page
+    # The hub models of this repository are not built, and the page says why.
+    unbuilt = page[page.index('<section class="unbuilt">'):]
+    assert '<li data-model="smollm2"><b>smollm2</b>: manual: a hub model' in unbuilt
+    assert "not locked: its source is not pinned" in unbuilt
+    assert f"verify: {report['method']} ONNX Runtime against float32 transformers</h3>" in page
 
 
 def test_each_invocation_leaves_its_trace(project: Project):
