@@ -275,3 +275,26 @@ def test_a_stage_that_failed_before_its_rule_ran_says_so(tmp_path):
     why = {u.name: u.why for u in report.unbuilt}
     assert why["blocked"] == (f"fetch failed (the stages after it did not run): {MISMATCH}",)
     assert why["never"] == ("no run has built it yet (`doit verify:never`)",)
+
+
+def test_a_title_names_what_its_report_ran():
+    from hefbuild.report.checks import titled
+
+    assert titled("{method} ONNX Runtime", {"method": "weight_only_int4"}) == \
+        "weight_only_int4 ONNX Runtime"
+    assert titled("{method} ONNX Runtime", {}) == "ONNX Runtime"  # an older report
+    assert titled("{method} ONNX Runtime", {"method": {"nested": 1}}) == "ONNX Runtime"
+
+
+def test_a_stage_whose_build_created_its_venv_first_says_how_long(tmp_path):
+    from .samples import T0, event, manifest, write
+
+    chains = {"m": CHAINS["tiny-llama"]}
+    write(tmp_path / "build/m/export/manifest.json", manifest("export:m", 5, seconds=52.0))
+    line = event("export:m", 5, "built", 52.0, T0, env="openvino", env_s=209.4)
+    (tmp_path / "build/events.jsonl").write_text(json.dumps(line) + "\n")
+    report = build_report(snapshot(tmp_path, chains), chains)
+    export = next(s for s in models(report)["m"].stages if s.name == "export")
+    assert (export.seconds, export.env, export.env_s) == (52.0, "openvino", 209.4)
+    row = re.search(r'<tr data-stage="export">.*?</tr>', render(report)).group(0)
+    assert "its build first got venv toolchain openvino ready: 209.4 s" in row
