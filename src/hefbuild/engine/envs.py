@@ -59,7 +59,7 @@ class Environments:
 
     def _account(self, action: Action, tc: ToolchainSpec, key: ActionKey,
                  ready: Ready) -> None:
-        if ready.seconds <= 0:
+        if ready.seconds is None:
             return  # it was there: nothing to account
         self.ctx.env_waits[action.task] = (tc.name, ready.seconds)
         self.ctx.events.env(action.task, key.hex, tc.name, ready.seconds,

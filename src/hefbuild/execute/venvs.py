@@ -110,8 +110,9 @@ class Ready:
     """An environment ready to run stages in, and what getting it ready cost this call."""
 
     python: Path
-    seconds: float = 0.0  # spent creating it, or waiting for another creator; 0 when it was there
-    created: bool = False  # this call made it (else it existed, or another process made it)
+    # Spent creating it, or waiting for another process that did; None: it was there.
+    seconds: float | None = None
+    created: bool = False  # this call made it
 
 
 @contextmanager
@@ -144,7 +145,7 @@ def ensure(spec: VenvSpec, ident: dict[str, Any], base: dict[str, str], venvs_ro
         created = not is_complete(folder)  # the other creator may have finished meanwhile
         if created:
             _create(spec, ident, base, folder, say, watch or Watch())
-    return Ready(python_of(folder), round(time.monotonic() - start, 3), created)
+    return Ready(python_of(folder), time.monotonic() - start, created)
 
 
 def _create(spec: VenvSpec, ident: dict[str, Any], base: dict[str, str], folder: Path,
