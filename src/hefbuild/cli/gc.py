@@ -77,7 +77,8 @@ def _say(line: str) -> None:
 
 class Gc(DoitCmdBase):
     name = "gc"
-    doc_purpose = "delete store results and objects no build/ uses, least recently used first"
+    doc_purpose = ("delete store results and objects no build/ uses, least recently used "
+                   "first; with --venvs, environments no declared toolchain names")
     doc_usage = "[--max-size SIZE] [--max-age AGE] [--venvs] [--dry-run]"
     doc_description = ("Outputs linked from a build/ folder (of any project on this machine) "
                        "are never deleted. Each limit not given comes from [gc] in hefbuild.toml; "
@@ -138,7 +139,7 @@ def _env_name(env: VenvInfo) -> str:
 
 class StoreInfo(DoitCmdBase):
     name = "store"
-    doc_purpose = "show where the store is, its size, and its largest results"
+    doc_purpose = "show where the store is, its size, its largest results and its environments"
     doc_usage = ""
     doc_description = None
     cmd_options = ()
