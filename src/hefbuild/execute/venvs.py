@@ -187,8 +187,10 @@ def _run(argv: list[str], spec: VenvSpec, log_path: Path, watch: Watch) -> None:
     emit = watch.emit
     if emit is not None:
         watch = replace(watch, emit=lambda beat: emit({**beat, "step": step}))
-    request = ExecRequest(argv, log_path.parent, dict(os.environ), log_path,
-                          timeout_s=CREATE_TIMEOUT_S, watch=watch)
+    # pip's lines reach the log (and the heartbeat) as printed, not when its buffer fills.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    request = ExecRequest(argv, log_path.parent, env, log_path, timeout_s=CREATE_TIMEOUT_S,
+                          watch=watch)
     try:
         done = HostExecutor().run(request)
     except (OSError, subprocess.SubprocessError) as exc:
