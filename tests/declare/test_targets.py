@@ -120,6 +120,9 @@ BAD = [
      "targets/toy.toml: stages[1].report: a string, got True"),
     (GOOD.replace('report = "report.json"\n', ""),
      "targets/toy.toml: stages[1].report_title: needs report (the file it heads)"),
+    (GOOD.replace('"the toy against itself"', '"the toy {method against itself"'),
+     "targets/toy.toml: stages[1].report_title: text with `{field}` naming a top-level field "
+     "of the report (e.g. {method}), got 'the toy {method against itself'"),
     (GOOD.replace('device = "a toy device"', "device = 10"),
      "targets/toy.toml: target.device: a string, got 10"),
     (GOOD.replace('rule = "toy/make.py"', 'rule = "toy/make.py"\ncode = ["toy/gone.py"]'),

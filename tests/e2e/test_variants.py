@@ -120,3 +120,23 @@ def test_the_base_model_restores_the_shared_stages_and_the_report_compares(sweep
     assert "Once upon a time" in checks and "teacher-forced agreement" in checks
     rows = re.findall(r'<tr data-check="fidelity">(.*?)</tr>', checks)
     assert rows and all(len(re.findall(r'<td class="num', r)) == 4 for r in rows)
+    # What the variants change leads the table, on the page and in the terminal: optimize's
+    # overrides, and fidelity's calibration, which inherits optimize's.
+    differ = ["optimize.calibration", "optimize.calibration_size", "fidelity.calibration",
+              "fidelity.calibration_size"]
+    assert re.findall(r'<tr class="param" data-param="([^"]+)">', section) == differ
+    assert section.index('<tr class="param"') < section.index('<tr data-stage="fetch"')
+    shown = project.doit("report", "--variants", f"{MODEL}@b")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"{MODEL}: recipe sweep, 4 side by side"
+    assert lines[1].split() == [MODEL, *names(*VARIANTS)]
+    params = {ln.split()[0]: ln.split()[1:] for ln in lines[2:lines.index("")]}
+    assert list(params) == differ
+    default = "data/calibration/tiny-stories.txt"
+    assert params["optimize.calibration"] == [default] * 3 + ["data/calibration/sweep.txt"]
+    assert params["optimize.calibration_size"] == ["32", "8", "16", "32"]
+    stages = lines[lines.index("") + 1:]
+    assert {ln.split()[0] for ln in stages if ln.split()[1:2] == ["(shared)"]} == set(SHARED)
+    unknown = project.doit("report", "--variants", "tiny-llama")
+    assert unknown.returncode == 3 and "no recipe sweep of 'tiny-llama'" in unknown.stderr

@@ -8,7 +8,10 @@ renderer) included.
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -16,6 +19,7 @@ import subprocess
 import zlib
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,6 +67,28 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def dump_dom(browser: str, profile: Path, page: Path) -> str:
     return run_chromium(browser, profile, "--dump-dom", page.as_uri())
+
+
+MEASURED = "hefbuild-measured"
+
+
+def measure(browser: str, profile: Path, page: Path, script: str) -> Any:
+    """What `script` (a function body returning JSON-able data) finds in the page as
+    Chromium laid it out, in the window of the screenshots. The page has no script of its
+    own: a copy of it next to it (same links, same CSS) gets this one, run as it loads."""
+    probe = page.with_name(f".measured-{page.name}")
+    tail = (f"<script>(function(){{const out=document.createElement('pre');out.id='{MEASURED}';"
+            f"out.textContent=JSON.stringify((function(){{{script}}})());"
+            f"document.body.appendChild(out);}})();</script></body>")
+    probe.write_text(page.read_text().replace("</body>", tail))
+    try:
+        dom = run_chromium(browser, profile, f"--window-size={WINDOW[0]},{WINDOW[1]}",
+                           "--dump-dom", probe.as_uri())
+    finally:
+        probe.unlink()
+    found = re.search(f'<pre id="{MEASURED}">(.*?)</pre>', dom, re.S)
+    assert found, f"the measuring script did not run: {dom[-500:]}"
+    return json.loads(html.unescape(found.group(1)))
 
 
 def screenshot(browser: str, profile: Path, page: Path, png: Path) -> Path:

@@ -58,8 +58,9 @@ def test_each_stage_shows_its_manifest_and_its_last_run(report):
     assert stages["verify"].last_run == "uptodate"  # named by the last summary
 
 
-def test_a_model_without_anything_in_build_is_only_named(report):
-    assert report.unbuilt == ("never",)
+def test_a_model_without_anything_in_build_is_named_with_why(report):
+    assert [(u.name, u.why) for u in report.unbuilt] == [
+        ("never", ("no run has built it yet (`doit verify:never`)",))]
     hailo = {s.name: s.state for s in models(report)["tiny-hailo"].stages}
     assert hailo["verify"] is StageState.BUILT and hailo["parse"] is StageState.MISSING
 
@@ -197,9 +198,9 @@ def test_a_stage_that_runs_now_is_shown_running(tmp_path):
 
 def test_a_project_never_built_gets_a_page_naming_its_models(tmp_path):
     report = build_report(snapshot(tmp_path, CHAINS), CHAINS)
-    assert report.models == () and set(report.unbuilt) == set(CHAINS)
+    assert report.models == () and {u.name for u in report.unbuilt} == set(CHAINS)
     page = render(report)
-    assert "no invocation yet" in page and "Not built: " in page
+    assert "no invocation yet" in page and "<h2>Not built</h2>" in page
 
 
 def test_a_long_history_plots_its_last_builds():
@@ -241,3 +242,59 @@ def test_the_report_page_speaks_in_the_targets_declared_words(tmp_path):
         in page
     assert "<dd>the toy simulator (not a device)</dd>" in page
     assert "Hailo" not in page and "passed on the TEST DOUBLE, not a device" in page
+
+
+def test_the_declarations_say_why_a_model_is_held_back(tmp_path):
+    """This repository's own models: the hub models are manual and not locked; a variant
+    would lock through its base; a model file that does not load is named with its error."""
+    from hefbuild.declare.project import load_project
+    from hefbuild.report.content import project_chains
+    from hefbuild.report.markdown import render_markdown
+
+    from .browser import REPO
+
+    chains = project_chains(load_project(REPO, strict=False))
+    manual, locked = chains["smollm2"].held_back
+    assert manual.startswith("manual: a hub model") and "`doit lock:smollm2`" in locked
+    assert chains["tiny-llama"].held_back == ()
+    assert chains["tiny-llama"].params["quantize"]["method"] == "weight_only_int8"
+    report = build_report(snapshot(tmp_path, chains), chains,
+                          broken={"bad": "models/bad.toml: model.target: unknown"})
+    why = {u.name: u.why for u in report.unbuilt}
+    assert why["smollm2"] == (manual, locked)
+    assert why["bad"] == ("its model file does not load: models/bad.toml: model.target: "
+                          "unknown",)
+    assert f"- `smollm2`: {manual}; {locked}" in render_markdown(report)
+
+
+def test_a_stage_that_failed_before_its_rule_ran_says_so(tmp_path):
+    from .sweep_samples import MISMATCH, sweep_chains, write_sweep
+
+    chains = sweep_chains()
+    report = build_report(snapshot(write_sweep(tmp_path), chains), chains)
+    why = {u.name: u.why for u in report.unbuilt}
+    assert why["blocked"] == (f"fetch failed (the stages after it did not run): {MISMATCH}",)
+    assert why["never"] == ("no run has built it yet (`doit verify:never`)",)
+
+
+def test_a_title_names_what_its_report_ran():
+    from hefbuild.report.checks import titled
+
+    assert titled("{method} ONNX Runtime", {"method": "weight_only_int4"}) == \
+        "weight_only_int4 ONNX Runtime"
+    assert titled("{method} ONNX Runtime", {}) == "ONNX Runtime"  # an older report
+    assert titled("{method} ONNX Runtime", {"method": {"nested": 1}}) == "ONNX Runtime"
+
+
+def test_a_stage_whose_build_created_its_venv_first_says_how_long(tmp_path):
+    from .samples import T0, event, manifest, write
+
+    chains = {"m": CHAINS["tiny-llama"]}
+    write(tmp_path / "build/m/export/manifest.json", manifest("export:m", 5, seconds=52.0))
+    line = event("export:m", 5, "built", 52.0, T0, env="openvino", env_s=209.4)
+    (tmp_path / "build/events.jsonl").write_text(json.dumps(line) + "\n")
+    report = build_report(snapshot(tmp_path, chains), chains)
+    export = next(s for s in models(report)["m"].stages if s.name == "export")
+    assert (export.seconds, export.env, export.env_s) == (52.0, "openvino", 209.4)
+    row = re.search(r'<tr data-stage="export">.*?</tr>', render(report)).group(0)
+    assert "its build first got venv toolchain openvino ready: 209.4 s" in row

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hefbuild.report.trace import lanes, span_of, trace_of, write_trace
+from hefbuild.report.trace import KEEP, lanes, span_of, trace_of, write_trace
 from hefbuild.store.events import EventLog, Outcome
 
 from .samples import T0, event, summary
@@ -66,7 +66,7 @@ def test_heartbeats_become_memory_counters():
     assert counter["args"] == {"rss_mb": 812.0, "cpu_cores": 1.5} and counter["ts"] == 1_000_000
 
 
-def test_the_trace_of_the_lines_after_the_offset_is_written_and_the_last_kept(tmp_path):
+def test_the_trace_of_the_lines_after_the_offset_is_written_and_kept(tmp_path):
     path = tmp_path / "events.jsonl"
     log = EventLog(path)
     log.append("old:m", "k0", Outcome.BUILT, 1.0, 10.0)
@@ -80,8 +80,51 @@ def test_the_trace_of_the_lines_after_the_offset_is_written_and_the_last_kept(tm
     log.append("newer:m", "k2", Outcome.RESTORED, 0.1, 10.0)
     write_trace(path, offset)
     assert [e["name"] for e in complete(json.loads(out.read_text()))] == ["newer:m"]
-    kept = json.loads((tmp_path / "trace.1.json").read_text())
-    assert [e["name"] for e in complete(kept)] == ["new:m"]
+    assert [names(t) for t in kept(tmp_path)] == [["new:m"], ["newer:m"]]  # oldest first
+
+
+def names(path):
+    return [e["name"] for e in complete(json.loads(path.read_text()))]
+
+
+def kept(build):
+    return sorted((build / "traces").glob("*.json"))
+
+
+def test_a_no_op_keeps_the_last_trace_of_a_run_that_did_something(tmp_path):
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    log.append("export:m", "k1", Outcome.BUILT, 0.5, 10.0)
+    log.summary({"built": 1}, [])
+    write_trace(path, 0)
+    for _ in range(2):  # two no-ops: only their summary lines
+        offset = path.stat().st_size
+        log.summary({"uptodate": 1}, ["export:m"])
+        assert write_trace(path, offset) is None
+    assert names(tmp_path / "trace.json") == ["export:m"]
+    assert [names(t) for t in kept(tmp_path)] == [["export:m"]]
+
+
+def test_the_last_traces_of_runs_that_did_something_are_kept(tmp_path):
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    for n in range(KEEP + 2):
+        offset = path.stat().st_size if path.exists() else 0
+        log.append(f"run{n}:m", f"k{n}", Outcome.BUILT, 0.5, 10.0)
+        write_trace(path, offset)
+    assert [names(t) for t in kept(tmp_path)] == [[f"run{n}:m"] for n in range(2, KEEP + 2)]
+    assert names(tmp_path / "trace.json") == [f"run{KEEP + 1}:m"]
+
+
+def test_a_venv_toolchains_creation_is_a_bar_before_its_stage():
+    lines = [{"env": "ov", "task": "export:m", "key": "k", "seconds": 200.0, "created": True,
+              "unix": T0 + 200, "time": "x"},
+             event("export:m", 1, "built", 50.0, T0 + 250, env="ov", env_s=200.0)]
+    env, stage = complete(trace_of(lines))
+    assert (env["name"], env["cat"], env["dur"]) == ("venv toolchain ov for export:m", "env",
+                                                     200_000_000)
+    assert stage["ts"] == env["ts"] + env["dur"] and stage["args"]["env_s"] == 200.0
+    assert env["tid"] == stage["tid"]
 
 
 def test_a_trace_that_cannot_be_written_is_skipped(tmp_path):

@@ -308,7 +308,8 @@ def test_doit_store_and_doit_gc(root, cas, three):
     shown = doit(root, cas.root.parent, "store")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[:3] == [
-        f"store: {cas.root}", f"size: {size} in 6 objects, 3 results", "largest results:"]
+        f"store: {cas.root}", f"size: {size} in all: {size} in 6 objects, 3 results; 0 B in "
+        f"0 environments of venv toolchains (venvs/)", "largest results:"]
     assert three[2].key[:16] in shown.stdout
     for args, error in ((("gc",), "ERROR: gc needs a limit: --max-size SIZE"),
                         (("gc", "--max-size", "ten"), "ERROR: --max-size: a size such as 10G")):
@@ -323,3 +324,44 @@ def test_doit_store_and_doit_gc(root, cas, three):
     assert done.stdout == (f"gc: removed 3 results and 6 objects, {size} freed; kept 0 B "
                            f"(0 results and 0 objects pinned by build/ folders)\n")
     assert all(gone(cas, rec) for rec in three)
+
+
+def test_doit_store_counts_environments_and_gc_venvs_removes_the_undeclared(root, cas, three,
+                                                                        tmp_path):
+    """A store whose size is mostly environments says so; `doit gc --venvs` removes the one
+    no project declares (this project's is kept), and leaves every result alone."""
+    from fakes.venv_python import write_fake_python
+
+    from hefbuild.execute import venvs
+
+    for part in ("dodo.py", "pyproject.toml"):
+        shutil.copy(REPO / part, root / part)
+    python = write_fake_python(tmp_path / "base" / "python3")
+    lock = root / "toolchain" / "ov.requirements.txt"
+    lock.write_text("numpy==2.1.3\n")
+    (root / "toolchain" / "ov.toml").write_text(
+        f'[toolchain]\nkind = "venv"\npython = "{python}"\n'
+        'requirements = "toolchain/ov.requirements.txt"\n')
+    old = tmp_path / "old.requirements.txt"
+    old.write_text("numpy==1.0.0\n")
+    made = {}
+    for name, spec in (("ov", venvs.VenvSpec("ov", str(python), lock)),
+                       ("old", venvs.VenvSpec("old", str(python), old))):
+        base = venvs.probe_base(str(python))
+        folder = venvs.ensure(spec, venvs.identity(spec, base), base, cas.root / "venvs",
+                              lambda m: None).python.parent.parent
+        (folder / "lib.so").write_bytes(b"\0" * 3_000_000)  # environments outweigh results
+        made[name] = folder
+    shown = doit(root, cas.root.parent, "store")
+    assert shown.returncode == 0, shown.stderr
+    size_line = shown.stdout.splitlines()[1]
+    assert "in 2 environments of venv toolchains (venvs/)" in size_line
+    assert size_line.startswith("size: 5.7 MiB in all:"), size_line
+    rows = [ln.split() for ln in shown.stdout.splitlines() if ln.endswith(made["ov"].name)]
+    assert rows and rows[0][0:2] == ["2.9", "MiB"] and "ov" in rows[0]
+    done = doit(root, cas.root.parent, "gc", "--venvs")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith(
+        "gc: removed 1 environment of venv toolchains, 2.9 MiB freed; kept 1 (1 named"), done
+    assert not made["old"].exists() and made["ov"].exists()
+    assert all(present(cas, rec) for rec in three)  # --venvs alone: results stay

@@ -52,6 +52,8 @@ COMMON_STAGE_KEYS = {
 }
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+# `{method}` in a report_title: the report's own field of that name (report/checks.py).
+TITLE_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _TOP_KEYS = {"target", "stages", "keep", "watch"}
 _TARGET_KEYS = {"description", "artifact", "check", "default_checks", "test_double", "device"}
 _ARTIFACT_KEYS = {"alias", "stage", "file", "group_doc"}
@@ -248,6 +250,9 @@ def _report(table: dict[str, Any], name: str, outputs: tuple[str, ...], where: s
     """`report` names an output the report page reads as JSON: a file, not a folder."""
     file = string(table, "report", shown, where)
     title = string(table, "report_title", shown, where)
+    if "{" in TITLE_FIELD.sub("", title) or "}" in TITLE_FIELD.sub("", title):
+        raise SpecError(shown, f"{where}.report_title", f"text with `{{field}}` naming a "
+                        f"top-level field of the report (e.g. {{method}}), got {title!r}")
     if not file:
         if title:
             raise SpecError(shown, f"{where}.report_title", "needs report (the file it heads)")

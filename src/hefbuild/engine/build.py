@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from ..declare.toolchains import ToolchainSpec
 from ..errors import MissingOutput, RuleFailed
 from ..execute.stagelog import LogFollower, bound_log, keep_failed_outputs, log_limit
-from ..execute.toolchain import interpreter_path
 from ..plan.actions import Action
 from ..plan.key import ActionKey
 from ..store.events import Outcome
 from ..store.store import Record, sweep_staging
 from .collect import collect_outputs
 from .context import Context
+from .envs import Environments
 from .executors import ExecutorChoice
 from .failures import failure_message
 from .install import LOG, Installer
@@ -38,6 +38,7 @@ class Builder:
                  remote: RemoteTier) -> None:
         self.ctx, self.executors, self.installer, self.remote = ctx, executors, installer, remote
         self.stage_runs = StageRunMaker(ctx)
+        self.envs = Environments(ctx)
         self._swept = False
 
     def build(self, action: Action, key: ActionKey,
@@ -51,8 +52,9 @@ class Builder:
         running.unlink(missing_ok=True)
         ctx.say(f"[hefbuild] {action.task}: building (rules/{action.rule}, toolchain "
                 f"{action.toolchain}); log: {running.relative_to(ctx.paths.root)}")
-        python = self._interpreter(action, tc, running)
-        with ctx.store.scratch() as scratch:
+        with self.envs.python(action, tc, key, running) as python, \
+                ctx.store.scratch() as scratch:
+            start += ctx.env_wait(action.task)  # the stage's clock starts now
             stage = replace(self.stage_runs.make(action, key, scratch, python), log_file=running)
             result = self._run(action, tc, stage, running)
             outputs = self._outputs(action, stage.out, running)
@@ -98,19 +100,6 @@ class Builder:
                         round(result.cpu_seconds, 2), round(time.time(), 3), isolation)
         store.put_record(record)
         return record
-
-    def _interpreter(self, action: Action, tc: ToolchainSpec, running: Path) -> str:
-        """The python of the stage's rule; a venv toolchain's environment is created on its
-        first use (minutes), said on the terminal and in the stage's log."""
-        if tc.kind != "venv":
-            return interpreter_path(tc)
-
-        def say(message: str) -> None:
-            with open(running, "a") as log:
-                log.write(f"[hefbuild] {message}\n")
-            self.ctx.say(f"[hefbuild] {action.task}: {message}")
-
-        return self.ctx.toolchains.venv_python(tc, self.ctx.store.root / "venvs", say)
 
     def _follow(self, running: Path) -> AbstractContextManager[Any]:
         """`doit -v 2` streams the rule's output as it runs (doit shows nothing of it)."""

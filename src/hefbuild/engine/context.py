@@ -33,6 +33,12 @@ class Context:
     progress: Callable[[str], None] | None = None
     stream_logs: bool = False  # `doit -v 2`: each rule's output to the terminal as it runs
     warnings: list[str] = field(default_factory=list)
+    # task -> (toolchain, seconds) its toolchain's environment took to get ready
+    # (engine/envs.py): not the stage's time, so its event, manifest and task line leave it out.
+    env_waits: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def env_wait(self, task: str) -> float:
+        return self.env_waits.get(task, ("", 0.0))[1]
 
     def say(self, line: str) -> None:
         if self.progress is not None:

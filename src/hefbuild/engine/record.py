@@ -26,8 +26,10 @@ class Recorder:
                exc: BaseException) -> None:
         self.ctx.fast.drop(task)
         peak = getattr(exc, "peak_rss_mb", None) or peak_rss_mb()  # the rule's, if it ran
+        env = self._env(task)
         self.ctx.events.append(task, key.hex if key else None, Outcome.FAILED,
-                               time.monotonic() - start, peak, error=one_line(exc))
+                               time.monotonic() - start - env.get("env_s", 0.0), peak, **env,
+                               error=one_line(exc))
 
     def done(self, action: Action, key: ActionKey, outcome: Outcome, record: Record | None,
              extra: dict[str, Any], start: float) -> dict[str, Any]:
@@ -35,15 +37,23 @@ class Recorder:
         ctx = self.ctx
         built = outcome is Outcome.BUILT
         peak = record.peak_rss_mb if record and built else peak_rss_mb()
-        seconds = time.monotonic() - start
+        env = self._env(action.task)
+        seconds = time.monotonic() - start - env.get("env_s", 0.0)
         measured = self._duration(action, record) if built and record else {}
         if outcome is not Outcome.UPTODATE:
             measured.update(check_figures(ctx.paths.root, action.task, ctx.checks))
-        ctx.events.append(action.task, key.hex, outcome, seconds, peak, **extra, **measured)
-        shown: dict[str, Any] = {"seconds": round(seconds, 3)}
+        ctx.events.append(action.task, key.hex, outcome, seconds, peak, **extra, **env,
+                          **measured)
+        shown: dict[str, Any] = {"seconds": round(seconds, 3), **env}
         if built and peak:
             shown["peak_rss_mb"] = round(peak)  # the rule's own peak, for the task's line
         return {"outcome": outcome.value, "key": key.hex, **shown, **extra}
+
+    def _env(self, task: str) -> dict[str, Any]:
+        """The time the task's toolchain environment took (engine/envs.py), taken off the
+        task's own and named beside it."""
+        waited = self.ctx.env_waits.pop(task, None)
+        return {} if waited is None else {"env": waited[0], "env_s": round(waited[1], 3)}
 
     def _duration(self, action: Action, record: Record) -> dict[str, Any]:
         """A built stage's run time joins the store's history; returns the fields that

@@ -18,12 +18,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from ..declare.toolchains import ToolchainSpec
 from ..errors import HefbuildError, StageError, ToolchainMismatch
 from . import venvs
+from .base import Watch
 
 _PROBE = """
 import importlib.metadata as md, json, platform, sys, sysconfig
@@ -83,7 +85,7 @@ class ToolchainResolver:
 
     def venv_spec(self, spec: ToolchainSpec) -> venvs.VenvSpec:
         root = self._toolchain_dir.parent if self._toolchain_dir else Path.cwd()
-        return venvs.VenvSpec(spec.name, spec.venv["python"], root / spec.venv["requirements"])
+        return venv_spec_of(spec, root)
 
     def _venv_base(self, spec: ToolchainSpec) -> dict[str, str]:
         key = f"venv-base:{spec.venv['python']}"
@@ -91,11 +93,11 @@ class ToolchainResolver:
             self._memo[key] = venvs.probe_base(spec.venv["python"])
         return self._memo[key]
 
-    def venv_python(self, spec: ToolchainSpec, venvs_root: Path,
-                    say: Callable[[str], None]) -> str:
-        """The python of a venv toolchain's environment, created on first use."""
-        return str(venvs.ensure(self.venv_spec(spec), self.identity(spec),
-                                self._venv_base(spec), venvs_root, say))
+    def venv_env(self, spec: ToolchainSpec, venvs_root: Path, say: Callable[[str], None],
+                 watch: Watch | None = None) -> AbstractContextManager[venvs.Ready]:
+        """A venv toolchain's environment, created on first use, in use while the block runs."""
+        return venvs.using(self.venv_spec(spec), self.identity(spec), self._venv_base(spec),
+                           venvs_root, say, watch)
 
     def _docker_identity(self, spec: ToolchainSpec) -> dict[str, Any]:
         lock = read_image_lock(self._toolchain_dir, spec) if self._toolchain_dir else None
@@ -165,6 +167,11 @@ class ToolchainResolver:
         tmp = self._cache_file.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(cache, sort_keys=True, indent=1))
         os.replace(tmp, self._cache_file)
+
+
+def venv_spec_of(spec: ToolchainSpec, root: Path) -> venvs.VenvSpec:
+    """What a venv toolchain file of the project at `root` declares (its lock, by path)."""
+    return venvs.VenvSpec(spec.name, spec.venv["python"], root / spec.venv["requirements"])
 
 
 def image_lock_path(toolchain_dir: Path, spec: ToolchainSpec) -> Path:

@@ -8,6 +8,7 @@ holds, and the device's names from its target's declaration: this module knows n
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -167,3 +168,17 @@ def read_check(kind: CheckKind, report: dict[str, Any], answerer: Answerer
     rows = report.get("prompts") or []
     return _SUMMARIES[kind](report, answerer), \
         tuple(_PROMPTS[kind](r) for r in rows if isinstance(r, dict))
+
+
+def titled(template: str, report: dict[str, Any]) -> str:
+    """A declared report title with each `{field}` filled from the report itself, so each
+    variant of a sweep is titled by what it ran (its `method`); a field the report does not
+    hold as a plain value is left out."""
+    from ..declare.targets import TITLE_FIELD
+
+    def value(match: re.Match[str]) -> str:
+        found = report.get(match.group(1))
+        return str(found) if isinstance(found, (str, int, float)) \
+            and not isinstance(found, bool) else ""
+
+    return " ".join(TITLE_FIELD.sub(value, template).split())

@@ -13,12 +13,12 @@ A task line that carries `mean_agreement` (should the engine add it) counts as w
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..store.events import Outcome, read_events, read_json
-from .checks import Answerer, check_kind, number, read_check
+from .checks import Answerer, check_kind, number, read_check, titled
 from .model import (
     EVENT_LOGS,
     HISTORY,
@@ -33,11 +33,15 @@ from .model import (
     Stage,
     StageHistory,
     StageState,
+    Unbuilt,
 )
 from .variants import compare_variants
 
 if TYPE_CHECKING:
+    from ..declare.project import Project
+    from ..declare.specs import ModelSpec
     from ..declare.targets import TargetSpec
+
 
 def chains_of(targets: Mapping[str, str],
               declared: Mapping[str, TargetSpec] | None = None) -> dict[str, Chain]:
@@ -47,6 +51,24 @@ def chains_of(targets: Mapping[str, str],
 
     specs = load_targets(None) if declared is None else declared
     return {name: chain_of(specs[t]) for name, t in targets.items()}
+
+
+def project_chains(project: Project) -> dict[str, Chain]:
+    """Each model's chain, with what its declarations say: its stages' parameters and what
+    keeps it out of a plain `doit` (manual, or a source not locked)."""
+    models = dict(sorted(project.models.items()))
+    chains = chains_of({n: m.target for n, m in models.items()},
+                       {m.target: m.pipeline for m in models.values()})
+    return {n: replace(c, params=models[n].stages, held_back=held_back(models[n]))
+            for n, c in chains.items()}
+
+
+def held_back(model: ModelSpec) -> tuple[str, ...]:
+    why = [f"manual: {model.manual}"] if model.manual else []
+    if not model.source.pinned:
+        why.append(f"not locked: its source is not pinned to a commit and file digests "
+                   f"(`doit lock:{model.variant_of or model.name}`)")
+    return tuple(why)
 
 
 def chain_of(spec: TargetSpec) -> Chain:
@@ -87,15 +109,39 @@ def snapshot(root: Path, chains: Mapping[str, Chain]) -> Snapshot:
 
 
 def build_report(snap: Snapshot, chains: Mapping[str, Chain], project: str = "",
-                 made: str = "") -> BuildReport:
+                 made: str = "", broken: Mapping[str, str] | None = None) -> BuildReport:
+    """The views; `broken`: model files that do not load, by name, with their error."""
     history = Past(by_task(snap.events), last_outcomes(snap.events),
                    list(snap.history) + event_history(snap.events))
     models = [model_report(name, chain, snap, history, made) for name, chain in chains.items()]
+    unbuilt = [Unbuilt(m.name, why_unbuilt(m.name, chains[m.name], history))
+               for m in models if not m.touched]
+    unbuilt += [Unbuilt(name, (f"its model file does not load: {error}",))
+                for name, error in sorted((broken or {}).items())]
     return BuildReport(
         project, made, last_summary(snap.events), tuple(m for m in models if m.touched),
-        tuple(m.name for m in models if not m.touched), snap.damaged,
-        compare_variants(models, snap.files),
+        tuple(unbuilt), snap.damaged, compare_variants(models, snap.files),
     )
+
+
+def why_unbuilt(name: str, chain: Chain, past: Past) -> tuple[str, ...]:
+    """Why a model has nothing in build/: a stage that failed before it left a log (its
+    toolchain, its environment, its declaration), what its declarations hold back, or
+    else that no run has asked for it."""
+    why = []
+    for stage in chain.stages:
+        task = f"{stage}:{name}"
+        if past.last.get(task) == Outcome.FAILED.value:
+            error = next((e.get("error") for e in reversed(past.lines.get(task, []))
+                          if e.get("outcome") == Outcome.FAILED.value), None)
+            later = " (the stages after it did not run)" if stage != chain.stages[-1] else ""
+            why.append(f"{stage} failed{later}: {error or 'no error recorded'}")
+            break
+    why += chain.held_back
+    if not why:
+        goal = chain.check or chain.stages[-1]
+        why.append(f"no run has built it yet (`doit {goal}:{name}`)")
+    return tuple(why)
 
 
 @dataclass(frozen=True)
@@ -152,7 +198,7 @@ def model_report(name: str, chain: Chain, snap: Snapshot, past: Past,
     history = tuple(stage_history(s, tasks[s]) for s in chain.stages)
     rows = merge_history(past.checks, history_rows(name, checks, made))[0]
     return ModelReport(name, chain.target, stages, checks, history,
-                       agreement_points(name, rows), chain.check)
+                       agreement_points(name, rows), chain.check, chain.params)
 
 
 def stage_of(model: str, stage: str, snap: Snapshot, lines: list[dict[str, Any]],
@@ -170,14 +216,19 @@ def stage_of(model: str, stage: str, snap: Snapshot, lines: list[dict[str, Any]]
         return Stage(stage, StageState.FAILED, failed.get("seconds"), None,
                      failed.get("peak_rss_mb"), failed.get("key"), last_run,
                      f"{base}.failed.log", failed.get("error"))
-    if manifest is None:
-        return Stage(stage, StageState.MISSING, last_run=last_run)
+    if manifest is None:  # a failure before the rule ran (its toolchain) leaves no log
+        failed = next((e for e in reversed(done) if e["outcome"] == Outcome.FAILED.value), {})
+        return Stage(stage, StageState.MISSING, last_run=last_run,
+                     error=failed.get("error") if last_run == Outcome.FAILED.value else None)
     try:
         state = StageState(manifest.get("outcome"))
     except ValueError:
         state = StageState.BUILT
+    made = next((e for e in reversed(done) if e.get("outcome") == Outcome.BUILT.value
+                 and e.get("key") == manifest.get("key")), {})
     return Stage(stage, state, manifest.get("seconds"), manifest.get("build_seconds"),
-                 manifest.get("peak_rss_mb"), manifest.get("key"), last_run)
+                 manifest.get("peak_rss_mb"), manifest.get("key"), last_run,
+                 env=made.get("env"), env_s=made.get("env_s"))
 
 
 def check_of(model: str, stage: str, chain: Chain, snap: Snapshot,
@@ -196,7 +247,8 @@ def check_of(model: str, stage: str, chain: Chain, snap: Snapshot,
     key = _last_failed_key(lines) if failed else manifest.get("key")
     (figures, threshold, means), prompts = read_check(kind, report, chain.answerer)
     return Check(
-        stage, kind, declared.title, chain.answerer, failed_path if failed else path, failed,
+        stage, kind, titled(declared.title, report), chain.answerer,
+        failed_path if failed else path, failed,
         bool((report.get("device") or {}).get("fake")),
         False if failed else report.get("passed"), figures, prompts, threshold,
         str(report.get("note") or ""), key, _first_time(lines, key), *means,

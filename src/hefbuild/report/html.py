@@ -57,7 +57,10 @@ dl.figures{display:grid;grid-template-columns:max-content auto;gap:2px 16px;marg
 dl.figures dt{color:#5f6368}dl.figures dd{margin:0;font-variant-numeric:tabular-nums}
 pre.text{white-space:pre-wrap;word-break:break-word;margin:0;max-width:360px}
 svg{display:block;margin:6px 0}svg text{font:11px system-ui,sans-serif;fill:#1d1d1f}
-nav a{margin-right:14px}
+nav{display:flex;flex-wrap:wrap;gap:6px 22px;margin:4px 0}
+nav .nav-model{display:inline-flex;align-items:center;gap:6px;white-space:nowrap}
+section.unbuilt{background:#fff;border:1px solid #d8dbe0;border-radius:8px;margin:16px auto}
+section.unbuilt li{margin:2px 0}
 """
 
 
@@ -65,7 +68,7 @@ def render(report: BuildReport) -> str:
     """The whole page."""
     title = f"hefbuild report: {report.project}" if report.project else "hefbuild report"
     body = [_header(report, title), sweeps_html(report.sweeps)] + \
-        [_model(m) for m in report.models] + [_footer(report)]
+        [_model(m) for m in report.models] + [_unbuilt(report), _footer(report)]
     return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{escape(title)}</title><style>{CSS}{SWEEP_CSS}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")
@@ -75,16 +78,25 @@ def _header(report: BuildReport, title: str) -> str:
     last = report.last_summary
     line = (f"last invocation ({escape(str(last.get('time', '')))}): "
             f"{escape(summary_line(last.get('summary') or {}))}" if last else "no invocation yet")
-    nav = " ".join(f'<a href="#model-{escape(m.name)}">{escape(m.name)}</a> {_badge(m)}'
-                   for m in report.models)
+    # Each name and its badge in one box, the boxes apart: a badge reads as its own model's.
+    nav = "".join(f'<span class="nav-model" data-model="{escape(m.name)}">'
+                  f'<a href="#model-{escape(m.name)}">{escape(m.name)}</a>{_badge(m)}</span>'
+                  for m in report.models)
     return (f"<header><h1>{escape(title)}</h1>"
             f'<p class="muted">made {escape(report.made)}; {line}</p><nav>{nav}</nav></header>')
 
 
+def _unbuilt(report: BuildReport) -> str:
+    """The models with nothing in build/, each with why."""
+    if not report.unbuilt:
+        return ""
+    items = "".join(f'<li data-model="{escape(u.name)}"><b>{escape(u.name)}</b>: '
+                    f"{escape('; '.join(u.why))}</li>" for u in report.unbuilt)
+    return f'<section class="unbuilt"><h2>Not built</h2><ul>{items}</ul></section>'
+
+
 def _footer(report: BuildReport) -> str:
     parts = []
-    if report.unbuilt:
-        parts.append(f"Not built: {escape(', '.join(report.unbuilt))}.")
     if report.damaged_events:
         parts.append(f"{report.damaged_events} damaged event log lines skipped.")
     parts.append("Times are UTC. Keys are shown by their first 12 hex digits.")
@@ -135,6 +147,9 @@ def _stage_table(stages: Iterable[Stage]) -> str:
 
 def _stage_row(s: Stage) -> str:
     note = escape(s.error or "")
+    if s.env_s:  # kept out of its seconds: the environment is not the stage's work
+        note += (f"its build first got venv toolchain {escape(s.env or '')} ready: "
+                 f"{_secs(s.env_s)} s")
     if s.log:
         note += f' <a href="{_href(s.log)}">{escape(s.log)}</a>'
     return (f'<tr data-stage="{escape(s.name)}"><td>{escape(s.name)}</td>'

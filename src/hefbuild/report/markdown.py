@@ -23,7 +23,8 @@ def render_markdown(report: BuildReport) -> str:
     else:
         lines.append("Nothing in build/ yet.")
     if report.unbuilt:
-        lines += ["", "Not built: " + ", ".join(f"`{m}`" for m in report.unbuilt)]
+        lines += ["", "Not built:"] + [f"- `{u.name}`: {'; '.join(u.why)}"
+                                        for u in report.unbuilt]
     return "\n".join(lines) + "\n"
 
 

@@ -40,6 +40,11 @@ class Chain:
     reports: Mapping[str, StageReport] = field(default_factory=dict)
     check: str | None = None
     answerer: Answerer = field(default_factory=Answerer)
+    # What the model's declarations say, when the project is at hand: each stage's resolved
+    # parameters (a sweep shows those that differ), and what keeps the model from being
+    # built by a group or a plain `doit` (manual, not locked).
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    held_back: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,10 @@ class Stage:
     last_run: str | None = None  # its outcome in the last invocation that named it
     log: str | None = None  # project-relative: the failed or running log
     error: str | None = None
+    # The venv toolchain whose environment this result's build created first, and how long
+    # that took (not in `seconds`: engine/envs.py).
+    env: str | None = None
+    env_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,10 +131,20 @@ class ModelReport:
     history: tuple[StageHistory, ...]
     agreement: tuple[AgreementPoint, ...]
     check: str | None = None  # the target's verdict stage: the model's badge
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # Chain.params
 
     @property
     def touched(self) -> bool:
         return any(s.state is not StageState.MISSING for s in self.stages)
+
+
+@dataclass(frozen=True)
+class Unbuilt:
+    """A model with nothing in build/, and why (its declarations, a failure before any
+    stage left a log, or no run named it yet)."""
+
+    name: str
+    why: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -134,13 +153,9 @@ class BuildReport:
     made: str
     last_summary: dict[str, Any] | None  # the last invocation's summary line
     models: tuple[ModelReport, ...]  # those with anything in build/
-    unbuilt: tuple[str, ...]
+    unbuilt: tuple[Unbuilt, ...]
     damaged_events: int
     sweeps: tuple[Sweep, ...] = ()  # models with variants, side by side (report_variants)
-
-
-# -- reading build/ ------------------------------------------------------------------
-
 
 
 # -- a recipe sweep side by side (variants.py compares, variants_html.py draws) -------
@@ -181,9 +196,19 @@ class FigureRow:
 
 
 @dataclass(frozen=True)
+class ParamRow:
+    """A stage parameter whose declared value is not the same in every column."""
+
+    stage: str
+    name: str
+    values: tuple[str, ...]  # one per column, as written ("–": the column has none)
+
+
+@dataclass(frozen=True)
 class Sweep:
     model: str  # the base model
     columns: tuple[str, ...]  # model names: the base (when built) first, then its variants
     stages: tuple[StageComparison, ...]
     figures: tuple[FigureRow, ...]
     passed: tuple[tuple[str, tuple[bool | None, ...]], ...]  # per check: its verdict per column
+    params: tuple[ParamRow, ...] = ()  # what makes the columns differ, stage by stage

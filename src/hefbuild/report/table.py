@@ -37,6 +37,9 @@ def task_line(task: str, values: dict[str, Any]) -> str:
     elif outcome == "remote":
         detail = (f"{human_bytes(values.get('bytes', 0))} in "
                   f"{float(values.get('remote_seconds', 0.0)):.2f} s, verified")
+    if values.get("env_s"):  # not in the stage's time: said beside it
+        detail += (f" (after {human_seconds(float(values['env_s']))} getting venv toolchain "
+                   f"{values.get('env', '')} ready)")
     return labelled(outcome, f"{task}  {detail}")
 
 

@@ -1,13 +1,18 @@
-"""`build/trace.json`: the last doit invocation in the Chrome trace event format.
+"""`build/trace.json`: the last doit invocation that ran something, in the Chrome trace
+event format.
 
 Open it in https://ui.perfetto.dev or chrome://tracing. One complete event (`ph: "X"`)
 per task that did something, on one lane (`tid`) per task running at the same time, so
-`doit -n 2` shows its overlap; heartbeats become memory counters; the up-to-date tasks
-are one instant at the end. The previous invocation's trace is kept as `trace.1.json`.
+`doit -n 2` shows its overlap; a venv toolchain's creation is a bar of its own (`cat:
+"env"`) just before the stage it was made for; heartbeats become memory counters; the
+up-to-date tasks are one instant at the end.
 
 Written by the reporter at the end of every invocation, from the event log lines that
-invocation appended: it imports nothing beyond the standard library, and a trace that
-cannot be written is skipped (it reports a build, it never fails one).
+invocation appended, unless nothing ran (a no-op would only say so, and overwrite the
+trace someone came to read). The last `KEEP` such traces are kept as
+`build/traces/<UTC time>.json`; `build/trace.json` is the newest of them. It imports
+nothing beyond the standard library, and a trace that cannot be written is skipped (it
+reports a build, it never fails one).
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from typing import Any
 from ..store.events import read_events
 
 TRACE = "trace.json"
+TRACES = "traces"  # under build/: the last KEEP traces, by the UTC time they were written
+KEEP = 5
 PID = 1  # one invocation, one process in the trace (doit's workers are an implementation detail)
-_ARGS = ("outcome", "key", "seconds", "peak_rss_mb", "bytes", "remote_seconds", "error")
+_ARGS = ("outcome", "key", "seconds", "peak_rss_mb", "bytes", "remote_seconds", "error", "env",
+         "env_s", "created")
 
 
 @dataclass(frozen=True)
@@ -41,15 +49,22 @@ class Span:
 
 
 def span_of(line: dict[str, Any]) -> Span | None:
-    """A task line as a span; None for a line that cannot be placed in time."""
-    if "outcome" not in line or "task" not in line:
+    """A task line (or a toolchain environment's) as a span; None for a line that cannot be
+    placed in time."""
+    if not ran(line) or "task" not in line:
         return None
     seconds = float(line.get("seconds") or 0.0)
     end = moment_of(line)
     if end is None:
         return None
-    return Span(str(line["task"]), end - seconds, seconds,
-                {k: line[k] for k in _ARGS if k in line})
+    name = str(line["task"]) if "outcome" in line else \
+        f"venv toolchain {line['env']} for {line['task']}"
+    return Span(name, end - seconds, seconds, {k: line[k] for k in _ARGS if k in line})
+
+
+def ran(line: dict[str, Any]) -> bool:
+    """A line of something that ran: a task's outcome, or an environment made ready."""
+    return "outcome" in line or "env" in line
 
 
 def moment_of(line: dict[str, Any]) -> float | None:
@@ -105,7 +120,8 @@ def _meta(name: str, tid: int, value: str) -> dict[str, Any]:
 
 
 def _complete(span: Span, tid: int, origin: float) -> dict[str, Any]:
-    return {"name": span.task, "cat": str(span.args.get("outcome", "")), "ph": "X",
+    cat = str(span.args.get("outcome", "env" if "env" in span.args else ""))
+    return {"name": span.task, "cat": cat, "ph": "X",
             "ts": _us(span.start - origin), "dur": _us(span.seconds), "pid": PID,
             "tid": tid, "args": span.args}
 
@@ -131,19 +147,44 @@ def _iso(moment: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
 
 
-def write_trace(events_path: Path, offset: int) -> Path | None:
-    """Write the trace of the lines appended to `events_path` after `offset` next to it
-    (the older trace becomes trace.1.json); the path, or None when it could not be."""
+def write_trace(events_path: Path, offset: int, keep: int = KEEP) -> Path | None:
+    """Write the trace of the lines appended to `events_path` after `offset` into traces/
+    next to it, and as trace.json, keeping the newest `keep`; the path of trace.json, or
+    None when nothing ran (the last trace stays) or it could not be written."""
     lines, _damaged = read_events(events_path, offset)
-    target = events_path.parent / TRACE
-    tmp = target.with_name(f".{TRACE}.{os.getpid()}")
+    if not any(ran(line) for line in lines):
+        return None
+    data = json.dumps(trace_of(lines), separators=(",", ":"))
+    build = events_path.parent
     try:
-        tmp.write_text(json.dumps(trace_of(lines), separators=(",", ":")))
-        if target.exists():
-            os.replace(target, target.with_name("trace.1.json"))
+        (build / TRACES).mkdir(exist_ok=True)
+        _write_whole(build / TRACES / f"{_stamp(time.time())}.json", data)
+        _write_whole(build / TRACE, data)
+    except OSError:
+        return None
+    _keep_newest(build / TRACES, keep)
+    (build / "trace.1.json").unlink(missing_ok=True)  # where older versions kept one
+    return build / TRACE
+
+
+def _stamp(moment: float) -> str:
+    """A name that sorts by time (to the microsecond: one project runs one doit at a time)."""
+    micro = int(round(moment * 1_000_000)) % 1_000_000
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(moment))}.{micro:06d}Z"
+
+
+def _write_whole(target: Path, data: str) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    try:
+        tmp.write_text(data)
         os.replace(tmp, target)
     except OSError:
         with suppress(OSError):
             tmp.unlink(missing_ok=True)
-        return None
-    return target
+        raise
+
+
+def _keep_newest(folder: Path, keep: int) -> None:
+    for old in sorted(folder.glob("*.json"))[:-keep]:
+        with suppress(OSError):
+            old.unlink()

@@ -2,7 +2,9 @@
 each, for the build report.
 
 Pure: it takes the report's per-model views and the manifests the snapshot read, and
-returns typed rows; report_variants_html.py draws them. A stage is shared when every
+returns typed rows; variants_html.py and variants_text.py draw them. First come the
+declared parameters that differ between the columns (what the sweep varies, as
+`dvc exp show` puts an experiment's parameters first). A stage is shared when every
 column holds a result of one key (built once, restored for the others); its time is the
 rule's, when the result was built, so a shared stage shows the same seconds everywhere.
 """
@@ -20,6 +22,7 @@ from .model import (
     Check,
     FigureRow,
     ModelReport,
+    ParamRow,
     Stage,
     StageCell,
     StageComparison,
@@ -54,7 +57,32 @@ def sweep(base: str, members: Sequence[ModelReport],
     figures = tuple(row for stage in order for row in _figure_rows(stage, [c.get(stage)
                                                                            for c in checks]))
     passed = tuple((stage, tuple(_verdict(c.get(stage)) for c in checks)) for stage in order)
-    return Sweep(base, tuple(m.name for m in members), stages, figures, passed)
+    return Sweep(base, tuple(m.name for m in members), stages, figures, passed,
+                 param_rows(members))
+
+
+def param_rows(members: Sequence[ModelReport]) -> tuple[ParamRow, ...]:
+    """The declared parameters whose values are not the same in every column (what the
+    sweep varies), stage by stage in chain order, each stage's by name. A value that
+    differs only by naming its own model (a `{model}` default) is the same recipe."""
+    rows = []
+    for stage in (s.name for s in members[0].stages):
+        tables = [m.params.get(stage, {}) for m in members]
+        for name in sorted(set().union(*tables)):
+            values = tuple(shown_value(t[name]) if name in t else "–" for t in tables)
+            recipes = {v.replace(m.name, "{model}") for v, m in zip(values, members, strict=True)}
+            if len(recipes) > 1:
+                rows.append(ParamRow(stage, name, values))
+    return tuple(rows)
+
+
+def shown_value(value: Any) -> str:
+    """A parameter as a person wrote it: true/false, a list by commas, else as is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(shown_value(v) for v in value)
+    return str(value)
 
 
 def _cell(model: str, stage: Stage, files: Mapping[str, dict[str, Any]]) -> StageCell:

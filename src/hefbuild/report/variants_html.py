@@ -1,12 +1,13 @@
-"""A recipe sweep as HTML: one table of stages and one of check figures, one column per
-model of the sweep (report_variants.py makes the rows). Every name is escaped."""
+"""A recipe sweep as HTML: one table of the parameters that differ and the stages, and one
+of check figures, one column per model of the sweep (variants.py makes the rows). Every
+name and value is escaped."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from html import escape
 
-from .model import MEAN, FigureRow, StageCell, StageComparison, Sweep
+from .model import MEAN, FigureRow, ParamRow, StageCell, StageComparison, Sweep
 from .summary import human_bytes
 
 KEY_SHOWN = 12
@@ -14,6 +15,7 @@ CSS = """
 section.sweep{background:#fff;border:1px solid #d8dbe0;border-radius:8px;margin:16px auto}
 tr.shared td.stage::after{content:" shared";color:#1565c0;font-size:12px;font-weight:600}
 td.best{font-weight:700}
+tr.param td{background:#f3f6fc}tr.param td.stage{font-family:ui-monospace,Menlo,monospace}
 """
 
 
@@ -26,10 +28,12 @@ def sweep_html(s: Sweep) -> str:
     head = "".join(f'<th data-column="{escape(c)}">{escape(c)}</th>' for c in s.columns)
     parts = [f'<section class="sweep" id="sweep-{name}" data-sweep="{name}">',
              f"<h2>{name}: recipe sweep, {len(s.columns)} side by side</h2>",
-             '<p class="muted">Each stage: the time its rule took when the result was built, '
-             "the size of its outputs and its key. A stage marked shared has one key in every "
-             "column: it was built once and restored for the others.</p>",
+             '<p class="muted">First the parameters that differ between the columns; then '
+             "each stage: the time its rule took when the result was built, the size of its "
+             "outputs and its key. A stage marked shared has one key in every column: it was "
+             "built once and restored for the others.</p>",
              f'<table class="sweep-stages"><tr><th>stage</th>{head}</tr>'
+             + "".join(_param_row(r) for r in s.params)
              + "".join(_stage_row(r) for r in s.stages) + "</table>"]
     if s.figures:
         parts.append(f'<table class="sweep-checks"><tr><th>check</th><th>prompt</th>'
@@ -38,6 +42,12 @@ def sweep_html(s: Sweep) -> str:
                      + "".join(_verdict_row(stage, v) for stage, v in s.passed
                                if any(x is not None for x in v)) + "</table>")
     return "\n".join(parts) + "\n</section>"
+
+
+def _param_row(row: ParamRow) -> str:
+    name = escape(f"{row.stage}.{row.name}")
+    cells = "".join(f"<td>{escape(v)}</td>" for v in row.values)
+    return f'<tr class="param" data-param="{name}"><td class="stage">{name}</td>{cells}</tr>'
 
 
 def _stage_row(row: StageComparison) -> str:

@@ -31,6 +31,12 @@ class EventLog:
         self._write({"task": task, "key": key, "heartbeat": beat, "time": _now(),
                      "unix": _unix()})
 
+    def env(self, task: str, key: str, toolchain: str, seconds: float, **extra: Any) -> None:
+        """A toolchain environment made ready for a task's stage (created, or waited for),
+        or its `error`: a line of its own, since its time is not the stage's."""
+        self._write({"env": toolchain, "task": task, "key": key, "seconds": round(seconds, 3),
+                     "time": _now(), "unix": _unix(), **extra})
+
     def append(self, task: str, key: str | None, outcome: Outcome, seconds: float,
                peak_rss_mb: float, **extra: Any) -> None:
         self._write({

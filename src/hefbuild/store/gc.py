@@ -215,12 +215,18 @@ def collect(v1_root: Path, policy: GcPolicy, dry_run: bool = False,
             on_wait: Callable[[str], None] | None = None) -> GcPlan:
     """Plan and (unless `dry_run`) delete, with no build writing to the store meanwhile."""
     with StoreLock(v1_root).exclusive(on_wait=on_wait):
-        records, sizes = inventory(v1_root)
-        pinned_records, pinned_objects = pins(v1_root)
-        plan = plan_gc(records, sizes, pinned_records, pinned_objects, policy)
-        if not dry_run:
-            _delete(v1_root, plan)
-            _clean_tmp(v1_root / "tmp", policy.now - TMP_MAX_AGE_S)
+        return collect_held(v1_root, policy, dry_run)
+
+
+def collect_held(v1_root: Path, policy: GcPolicy, dry_run: bool = False) -> GcPlan:
+    """`collect` for a caller that already holds the store lock exclusively (and does more
+    under it: `doit gc --venvs`)."""
+    records, sizes = inventory(v1_root)
+    pinned_records, pinned_objects = pins(v1_root)
+    plan = plan_gc(records, sizes, pinned_records, pinned_objects, policy)
+    if not dry_run:
+        _delete(v1_root, plan)
+        _clean_tmp(v1_root / "tmp", policy.now - TMP_MAX_AGE_S)
     return plan
 
 
