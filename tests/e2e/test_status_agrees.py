@@ -261,9 +261,9 @@ def test_verbose_2_streams_the_rules_output(project: Project):
     assert loud.tasks("built") == {f"quantize:{MODEL}"}
     streamed = rule_lines(loud.stderr)
     assert any("MatMulNBits" in line for line in streamed), loud.stderr
-    assert re.search(rf"^   built      quantize:{MODEL}  .*, peak \d+ MiB$", loud.stdout,
-                     re.MULTILINE), loud.stdout
-    assert f"   up to date fetch:{MODEL}\n" in loud.stdout, loud.stdout
+    assert re.search(rf"^\[\d/5\] built      quantize:{MODEL}  .*, peak \d+ MiB — "
+                     rf"params.samples 32 → 8$", loud.stdout, re.MULTILINE), loud.stdout
+    assert f"[1/5] up to date fetch:{MODEL}\n" in loud.stdout, loud.stdout
 
     project.edit(TOML, "samples = 8", "samples = 4")
     quiet = project.doit(f"verify:{MODEL}")
