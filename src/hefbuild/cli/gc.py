@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-from doit.cmd_base import DoitCmdBase
 from doit.exceptions import InvalidCommand
 
 from ..declare.bounds import parse_age, parse_size
@@ -24,6 +23,7 @@ from ..store.gc import (
 )
 from ..store.store import STORE_FORMAT
 from ..store.upload_queue import pending_by_remote
+from .command import HelpfulDoitCmd
 from .session import project_at
 
 OPT_MAX_SIZE = {
@@ -70,7 +70,7 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class Gc(DoitCmdBase):
+class Gc(HelpfulDoitCmd):
     name = "gc"
     doc_purpose = "delete store results and objects no build/ uses, least recently used first"
     doc_usage = "[--max-size SIZE] [--max-age AGE] [--dry-run]"
@@ -107,7 +107,7 @@ def gc_line(plan: GcPlan, dry_run: bool) -> str:
             f"{_count(plan.pinned_objects, 'object')} pinned by build/ folders)")
 
 
-class StoreInfo(DoitCmdBase):
+class StoreInfo(HelpfulDoitCmd):
     name = "store"
     doc_purpose = "show where the store is, its size, and its largest results"
     doc_usage = ""

@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from doit.cmd_base import DoitCmdBase
 from doit.exceptions import InvalidCommand
 
 from ..errors import HefbuildError
+from .command import HelpfulDoitCmd
 
 
-class Report(DoitCmdBase):
+class Report(HelpfulDoitCmd):
     name = "report"
     doc_purpose = "write build/report/index.html: each model's chain, its check figures, history"
     doc_usage = ""

@@ -5,12 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from doit.cmd_base import Command
-
 from ..errors import HefbuildError
+from .command import HelpfulCommand
 
 
-class Status(Command):
+class Status(HelpfulCommand):
     name = "status"
     doc_purpose = ("every model x stage: up to date, would restore, would build (and the first "
                    "reason), never built, running (and its log)")
