@@ -79,6 +79,17 @@ class Project:
         return json.loads((self.root / "build" / model / stage / "manifest.json").read_text())
 
 
+class AsInCi(Project):
+    """Runs doit as CI does: without the two variables our shells set (unbuffered output
+    would hide a line printed late, at exit)."""
+
+    def env(self, extra: dict | None) -> dict:
+        env = super().env(extra)
+        for name in ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"):
+            env.pop(name, None)
+        return env
+
+
 def copy_project(dest: Path, store: Path) -> Project:
     dest.mkdir(parents=True, exist_ok=True)
     for part in PROJECT_PARTS:

@@ -60,20 +60,25 @@ def explain_blocks(stdout: str) -> dict[str, list[str]]:
 
 
 def explain_kind(lines: list[str]) -> str:
+    """The verdict of one `doit explain` block; its headline and its detail must agree."""
     task, first = lines[0].split(": ", 1)
     later = "\n".join(lines[1:])
     if first.startswith("up to date"):
         return "up to date"
-    if first.startswith("would run after upstream"):
+    if first.startswith("decided after upstream"):
         return "after upstream"
     if first.startswith("would fail"):
         return "refused"
-    if first.startswith("would run ("):
-        if "it would be restored, no rule run" in later:
-            return "restore"
-        if re.search(r"rules/\S+ would run", later):
-            return "build"
-    raise AssertionError(f"unparsed explanation of {task}:\n" + "\n".join(lines))
+    restore_said = "it would be restored, no rule run" in later
+    build_said = bool(re.search(r"rules/\S+ would run", later))
+    if first.startswith("would be restored from the store (") and restore_said \
+            and not build_said:
+        return "restore"
+    if first.startswith(("would build (", "would build again (")) and build_said \
+            and not restore_said:
+        return "build"
+    raise AssertionError(f"unparsed (or self-contradicting) explanation of {task}:\n"
+                         + "\n".join(lines))
 
 
 def explain_kinds(stdout: str) -> dict[str, str]:
@@ -261,9 +266,9 @@ def test_verbose_2_streams_the_rules_output(project: Project):
     assert loud.tasks("built") == {f"quantize:{MODEL}"}
     streamed = rule_lines(loud.stderr)
     assert any("MatMulNBits" in line for line in streamed), loud.stderr
-    assert re.search(rf"^   built      quantize:{MODEL}  .*, peak \d+ MiB$", loud.stdout,
-                     re.MULTILINE), loud.stdout
-    assert f"   up to date fetch:{MODEL}\n" in loud.stdout, loud.stdout
+    assert re.search(rf"^\[\d/5\] built      quantize:{MODEL}  .*, peak \d+ MiB — "
+                     rf"params.samples 32 → 8$", loud.stdout, re.MULTILINE), loud.stdout
+    assert f"[1/5] up to date fetch:{MODEL}\n" in loud.stdout, loud.stdout
 
     project.edit(TOML, "samples = 8", "samples = 4")
     quiet = project.doit(f"verify:{MODEL}")

@@ -18,7 +18,7 @@ def test_up_to_date(built):
 def test_param_change_is_named_with_old_and_new_value(built, make_engine, root, fake):
     edit(model_toml(root), "max_new_tokens = 16", "max_new_tokens = 24")
     lines = explain_task(make_engine(), VERIFY)
-    assert lines[0].startswith(f"{VERIFY}: would run (inputs, parameters, rule or toolchain")
+    assert lines[0].startswith(f"{VERIFY}: would build (inputs, parameters, rule or toolchain")
     assert [ln for ln in lines if ln.startswith(CHANGED)] == [
         CHANGED + "params.max_new_tokens: 16 -> 24"]
     assert lines[-1].endswith("rules/cpu_ort/verify.py would run")
@@ -32,12 +32,15 @@ def test_result_in_store_is_said_restorable(built, make_engine, root):
     lines = explain_task(make_engine(), VERIFY)
     assert CHANGED + "params.max_new_tokens: 24 -> 16" in lines
     assert lines[-1].endswith("is in the store: it would be restored, no rule run")
+    # the headline says what the detail says (it said "would run" over "would be restored")
+    assert lines[0].startswith(f"{VERIFY}: would be restored from the store ("), lines
 
 
 def test_stale_upstream_is_explained_first(built, make_engine, root):
     edit(model_toml(root), "samples = 32", "samples = 16")
     lines = explain_task(make_engine(), VERIFY)
-    assert lines[0].startswith(f"{VERIFY}: would run after upstream quantize:{MODEL}")
+    assert lines[0].startswith(f"{VERIFY}: decided after upstream quantize:{MODEL}, which "
+                               f"runs first (")
     assert "early cutoff" in lines[1]
 
 

@@ -97,7 +97,7 @@ def test_the_fetch_key_holds_digests_never_the_folder(model, ckpt):
 
 def test_lock_lists_checkpoint_files_only_and_pins_the_model(load, proj, ckpt):
     project = load(local(str(ckpt)))
-    assert lock_model(project, "m") == {"files": 5}
+    assert lock_model(project, "m") == {"files": 5, "lock": "models/m.lock.json"}
     lock = json.loads((proj / "models" / "m.lock.json").read_text())
     assert lock["source"] == "path" and "path" not in lock
     assert sorted(lock["files"]) == ["chat_template.jinja", "config.json", "model.safetensors",

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from hefbuild.digest import Digest, canonical_json
-from hefbuild.plan.key import ActionKey, describe, diff_descriptions
+from hefbuild.plan.key import ActionKey, describe, diff_descriptions, short_reason
 
 A, B = "a" * 64, "b" * 64
 
@@ -115,3 +115,49 @@ def test_diff_shortens_long_values():
     (line,) = diff_descriptions(base(), new)
     assert line.startswith("params.prompts: (absent) -> ['word'") and line.endswith("…")
     assert len(line) < 120
+
+
+# -- the short reason on a task's line ----------------------------------------------------
+
+SHORT = [
+    ("param", lambda d: d["params"].update(samples=16), "params.samples 32 → 16"),
+    ("rule file", lambda d: d["rule"].update({"cpu_ort/quantize.py": B}),
+     "rules/cpu_ort/quantize.py changed"),
+    ("rule helper", lambda d: d["rule"].update({"common/action.py": A}),
+     "rules/common/action.py added"),
+    ("upstream output", lambda d: d["inputs"].update({"export/model.onnx": B}),
+     "upstream export/model.onnx changed"),
+    ("file parameter bytes", lambda d: d["files"]["calibration"].update(digest=B),
+     "data/c.txt changed"),
+    ("file parameter path", lambda d: d["files"]["calibration"].update(path="data/d.txt"),
+     "params.calibration 'data/c.txt' → 'data/d.txt'"),
+    ("toolchain", lambda d: d["toolchain"].update(python="3.12.0"),
+     "toolchain.python '3.11.7' → '3.12.0'"),
+    ("env", lambda d: d["env"].update(PYTHONHASHSEED="1"), "env.PYTHONHASHSEED '0' → '1'"),
+    ("gpu", lambda d: d.update(gpu=True), "gpu False → True"),
+]
+
+
+@pytest.mark.parametrize(("what", "change", "said"), SHORT, ids=[s[0] for s in SHORT])
+def test_the_short_reason_names_what_changed_in_a_few_words(what, change, said):
+    new = copy.deepcopy(base())
+    change(new)
+    assert short_reason(base(), new) == said
+
+
+def test_the_short_reason_puts_parameters_first_and_counts_the_rest():
+    new = copy.deepcopy(base())
+    new["toolchain"]["python"] = "3.12.0"
+    new["rule"]["cpu_ort/quantize.py"] = B
+    new["params"].update(samples=16, per_channel=True)
+    assert short_reason(base(), new) == \
+        "params.per_channel False → True, params.samples 32 → 16 (+2 more)"
+    assert short_reason(base(), base()) == ""
+
+
+def test_the_short_reason_cuts_long_values():
+    new = copy.deepcopy(base())
+    new["params"]["prompts"] = ["word"] * 40
+    said = short_reason(base(), new)
+    assert said.startswith("params.prompts (absent) → ['word'") and said.endswith("…")
+    assert len(said) < 70

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from hefbuild.execute.stagelog import LogFollower
-from hefbuild.report.explain import AFTER, BUILD, NEVER, RESTORE, UPTODATE, TaskStatus
-from hefbuild.report.status import details, grid, totals
+from hefbuild.report.explain import AFTER, BUILD, FAILED, NEVER, RESTORE, UPTODATE, TaskStatus
+from hefbuild.report.status import details, grid, task_rows, totals
 
 
 def chain(model: str, kinds: list[str]) -> list[TaskStatus]:
@@ -42,6 +42,25 @@ def test_grid_shows_every_model_and_stage() -> None:
     assert not any("fetch:" in line for line in text)  # up to date: nothing to say
     assert totals(a + b) == "5 up to date, 1 would restore, 1 would build, 1 never built, " \
                             "2 after upstream"
+
+
+def test_a_failed_task_says_failed_with_its_error_and_log() -> None:
+    error = "rules/cpu_ort/verify.py failed (exit 1): gate; log: build/m/verify.failed.log"
+    statuses = [*chain("m", [UPTODATE] * 4 + [NEVER])[:4], TaskStatus("verify:m", FAILED, error)]
+    assert grid({"m": ("cpu-ort", statuses)}, {})[1].split() == ["m", "ok", "ok", "ok", "ok",
+                                                                 "FAILED"]
+    assert details(statuses, {}) == [f"   verify:m: failed: {error}"]
+    assert totals(statuses) == "4 up to date, 1 failed"
+    assert totals([]) == "no tasks"
+
+
+def test_named_tasks_get_a_line_each() -> None:
+    statuses = chain("m", [UPTODATE, UPTODATE, BUILD, AFTER, AFTER])
+    lines = task_rows([statuses[0], statuses[2], statuses[4]],
+                      {"quantize:m": "build/m/quantize.running.log"})
+    assert lines == ["fetch:m     ok",
+                     "quantize:m  running  params.samples: 32 -> 16",
+                     "verify:m    after    after quantize:m: params changed"]
 
 
 def test_the_follower_prints_lines_as_they_come_and_skips_heartbeats(tmp_path: Path) -> None:

@@ -8,7 +8,15 @@ from pathlib import Path
 
 from hefbuild.cli.selection import unknown_task
 from hefbuild.cli.session import verbosity
-from hefbuild.report.table import blocked_line, members, reason, rows, table_lines, task_line
+from hefbuild.report.table import (
+    blocked_line,
+    members,
+    progress,
+    reason,
+    rows,
+    table_lines,
+    task_line,
+)
 
 KNOWN = ["fetch:a", "verify:a", "verify:b", "verify:c", "hef:h", "compile:h"]
 
@@ -25,6 +33,17 @@ def test_each_outcome_has_its_own_line() -> None:
         "   up to date export:m"
     assert task_line("c:m", {"outcome": "built", "seconds": 4 * 3600 + 5 * 60}).endswith(
         "4 h 05 min")
+
+
+def test_a_line_says_why_it_ran_and_how_far_the_run_is() -> None:
+    built = {"outcome": "built", "seconds": 0.2, "why": "params.samples 32 → 16"}
+    assert task_line("quantize:m", built) == \
+        "   built      quantize:m  0.20 s — params.samples 32 → 16"
+    assert task_line("compile:m", {"outcome": "uptodate", "why": "same bytes upstream"}) == \
+        "   up to date compile:m — same bytes upstream"
+    assert task_line("quantize:m", built, progress(3, 12)) == \
+        "[ 3/12] built      quantize:m  0.20 s — params.samples 32 → 16"
+    assert progress(12, 12) == "[12/12] " and progress(1, 1) == ""  # one stage: no count
 
 
 def test_a_table_covers_named_groups_and_several_named_checks() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from doit.cmd_base import DoitCmdBase
 from doit.exceptions import InvalidCommand
 
 from ..errors import HefbuildError
+from .command import HelpfulDoitCmd
 
 
 def default_key_file(name: str) -> Path:
@@ -17,7 +17,7 @@ def default_key_file(name: str) -> Path:
     return Path(base) / "hefbuild" / "keys" / f"{name}.secret"
 
 
-class CacheKey(DoitCmdBase):
+class CacheKey(HelpfulDoitCmd):
     name = "cache-key"
     doc_purpose = "make a key pair to sign remote cache entries (CI keeps the secret)"
     doc_usage = "NAME [SECRET_KEY_FILE]"

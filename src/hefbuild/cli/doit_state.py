@@ -11,9 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from doit.cmd_base import Command
-
 from ..errors import HefbuildError
+from .command import HelpfulCommand
 
 
 def _root() -> Path | None:
@@ -26,7 +25,7 @@ def _root() -> Path | None:
         return None
 
 
-class DumpDB(Command):
+class DumpDB(HelpfulCommand):
     name = "dumpdb"
     doc_purpose = "print doit's dependency file (.hefbuild/doit.json); keys live in manifests"
     doc_usage = ""
@@ -54,7 +53,7 @@ class DumpDB(Command):
         return 0
 
 
-class Forget(Command):
+class Forget(HelpfulCommand):
     name = "forget"
     doc_purpose = "drop the remembered up-to-date verdicts of TASKs (all without TASK)"
     doc_usage = "[TASK ...]"

@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from doit.cmd_base import Command
-
 from ..errors import HefbuildError
+from .command import HelpfulCommand
 
 
-class Explain(Command):
+class Explain(HelpfulCommand):
     name = "explain"
     doc_purpose = "say why a hefbuild task would run (what changed since its last build)"
     doc_usage = "TASK [TASK ...]   (a stage task, an artifact alias, or a group: a stage)"

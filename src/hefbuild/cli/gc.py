@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from doit.cmd_base import DoitCmdBase
 from doit.exceptions import InvalidCommand
 
 from ..declare.bounds import parse_age, parse_size
@@ -21,6 +20,7 @@ from ..store.gc import GcPlan, GcPolicy, StoreSummary, collect_held, store_summa
 from ..store.store import STORE_FORMAT
 from ..store.storelock import StoreLock
 from ..store.upload_queue import pending_by_remote
+from .command import HelpfulDoitCmd
 from .session import project_at
 
 OPT_MAX_SIZE = {
@@ -75,7 +75,7 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class Gc(DoitCmdBase):
+class Gc(HelpfulDoitCmd):
     name = "gc"
     doc_purpose = ("delete store results and objects no build/ uses, least recently used "
                    "first; with --venvs, environments no declared toolchain names")
@@ -137,7 +137,7 @@ def _env_name(env: VenvInfo) -> str:
         f"{env.name} (an unfinished creation)"
 
 
-class StoreInfo(DoitCmdBase):
+class StoreInfo(HelpfulDoitCmd):
     name = "store"
     doc_purpose = "show where the store is, its size, its largest results and its environments"
     doc_usage = ""

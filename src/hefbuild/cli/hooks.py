@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,14 @@ from ..declare.checks import Checks, checks_of
 from ..declare.project import STATE_DIR
 from ..engine.verdicts import check_verdict
 from ..errors import HefbuildError
+from ..plan.actions import task_name
+from ..report.critical import critical_path, path_text
 from ..report.summary import events_since, outcome_counts, summary_line
-from ..report.table import blocked_line, labelled, members, rows, table_lines, task_line
+from ..report.table import blocked_line, labelled, members, progress, rows, table_lines, task_line
 from ..store.events import EventLog, rotate
 from ..store.projectlock import ProjectLock
 from ..store.upload_queue import UploadQueue
-from .session import engine_for, fast_path_at, project_at
+from .session import actions_at, engine_for, fast_path_at, processes, project_at
 
 
 class DigestChecker(FileChangedChecker):
@@ -51,7 +54,8 @@ class DigestChecker(FileChangedChecker):
 
 
 class HefbuildReporter(ConsoleReporter):
-    """doit's console output, plus: the project lock, `uptodate` events, one-line errors."""
+    """doit's console output, plus: the project lock, `uptodate` events, one-line errors,
+    why each stage ran, how far the run is, and its wall time."""
 
     root: str = ""
 
@@ -67,6 +71,7 @@ class HefbuildReporter(ConsoleReporter):
                 stream.reconfigure(line_buffering=True)
         super().__init__(outstream, options)
         self._lock = ProjectLock(Path(self.root) / STATE_DIR / "lock")
+        self._started = time.monotonic()  # the end line's wall time counts from here
 
     def initialize(self, tasks: dict, selected_tasks: list) -> None:
         wait = os.environ.get("HEFBUILD_NO_WAIT", "") in ("", "0")
@@ -83,6 +88,10 @@ class HefbuildReporter(ConsoleReporter):
         self._blocked: set[str] = set()
         self._selected = list(selected_tasks or [])
         self._known = list(tasks)
+        self._deps = {name: list(t.task_dep) for name, t in tasks.items()}
+        self._stage_total = len(_stages_reached(tasks, self._selected))
+        self._shown = 0  # stage lines written so far: the `[3/12]` count
+        self._ran: set[str] = set()  # stages whose result in build/ changed in this run
         super().initialize(tasks, selected_tasks)
 
     def _checks(self) -> Checks:
@@ -103,7 +112,8 @@ class HefbuildReporter(ConsoleReporter):
 
     def skip_uptodate(self, task: Any) -> None:
         if _is_stage(task):
-            self.write(labelled("up to date", task.name) + "\n")
+            values = {"outcome": "uptodate", "why": self._cutoff(task.name)}
+            self.write(task_line(task.name, values, self._count()) + "\n")
         else:
             super().skip_uptodate(task)
         self._uptodate.append(task.name)  # one summary event for all of them, at the end
@@ -114,9 +124,29 @@ class HefbuildReporter(ConsoleReporter):
         super().add_success(task)
         self._succeeded.add(task.name)
         values = getattr(task, "values", None) or {}
+        if values.get("outcome") == "uptodate":
+            values = {**values, "why": self._cutoff(task.name)}
+        elif values.get("outcome"):
+            self._ran.add(task.name)
         if values.get("outcome"):
-            self.write(task_line(task.name, values) + "\n")
+            self.write(task_line(task.name, values, self._count()) + "\n")
+        elif values.get("lock"):
+            self.write(_lock_line(task.name, values) + "\n")
         self._verdict(task)
+
+    def _count(self) -> str:
+        """The next stage line's `[3/12] `, in a run that shows more than one stage."""
+        self._shown = getattr(self, "_shown", 0) + 1
+        return progress(self._shown, getattr(self, "_stage_total", 0))
+
+    def _cutoff(self, task: str) -> str:
+        """Why a stage is up to date after its upstream ran again in this run: its key holds
+        the upstream's output digests, so those bytes came out as they were (early cutoff)."""
+        action = actions_at(self.root).get(task)
+        ran = getattr(self, "_ran", set())
+        if action and any(task_name(up, action.model) in ran for up in action.upstream):
+            return "same bytes upstream"
+        return ""
 
     def _verdict(self, task: Any) -> None:
         """A check's result is what the user came for: say it, whatever ran or not (from
@@ -136,7 +166,8 @@ class HefbuildReporter(ConsoleReporter):
             return
         self._failed[task.name] = getattr(fail, "message", "") or str(fail)
         if isinstance(fail, TaskFailed) and not fail.traceback:
-            self.write(labelled("failed", task.name) + "\n")
+            count = self._count() if _is_stage(task) else ""
+            self.write(labelled("failed", task.name, count) + "\n")
             self.write(f"ERROR: {fail.message}\n")  # ours: already one line, no traceback
             line = check_verdict(Path(self.root), task.name, failed=True,
                                  checks=self._checks())
@@ -194,18 +225,50 @@ class HefbuildReporter(ConsoleReporter):
         uptodate = getattr(self, "_uptodate", [])
         events = events_since(self._events_path(), getattr(self, "_events_at", 0))
         failed = getattr(self, "_failed", {})
-        if not events and not uptodate and not failed:
-            return
+        if not events and not uptodate and not failed and not getattr(self, "_succeeded", ()):
+            return  # nothing ran (a lock or keep task alone still gets its end line)
         counts = outcome_counts(events, uptodate)
         # A refused declaration (e.g. an unpinned fetch) fails before any event is written.
         counts["failed"] = max(counts["failed"], sum(":" in t for t in failed))
-        self.write(summary_line(counts) + "\n")
+        wall = time.monotonic() - self._started
+        self.write(summary_line(counts, wall, self._critical(events)) + "\n")
         if not events and not uptodate:
             return  # only refusals: bad input leaves build/ as it was
         EventLog(self._events_path()).summary(counts, uptodate)
         from ..report.trace import write_trace  # stdlib only; here to keep this edit in one method
 
         write_trace(self._events_path(), getattr(self, "_events_at", 0))
+
+    def _critical(self, events: list[dict[str, Any]]) -> str:
+        """The chain of tasks that set a parallel run's end (`doit -n N`); a serial run's
+        chain is every task it ran, so it is not said."""
+        if processes(sys.argv[1:]) < 2 or len({e.get("task") for e in events}) < 2:
+            return ""
+        return path_text(critical_path(events, getattr(self, "_deps", {})))
+
+
+def _stages_reached(tasks: dict[str, Any], selected: list[str]) -> set[str]:
+    """The stage tasks a run of `selected` reaches through task_dep: each gets a line."""
+    seen: set[str] = set()
+    todo = list(selected)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in tasks:
+            continue
+        seen.add(name)
+        todo += tasks[name].task_dep
+    return {n for n in seen if _is_stage(tasks[n])}
+
+
+def _lock_line(task: str, values: dict[str, Any]) -> str:
+    """`locked     lock:m  models/m.lock.json: 3 files at 0123abcd… (from hub)`."""
+    files = values.get("files", 0)
+    text = f"{task}  {values['lock']}: {files} file{'s' if files != 1 else ''}"
+    if values.get("revision"):
+        text += f" at {str(values['revision'])[:12]}"
+    if values.get("from"):
+        text += f" (from {values['from']})"
+    return labelled("locked", text)
 
 
 def _size(path: Path) -> int:

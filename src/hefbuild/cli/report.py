@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from doit.cmd_base import DoitCmdBase
 from doit.exceptions import InvalidCommand
 
 from ..errors import HefbuildError
+from .command import HelpfulDoitCmd
 
 OPT_VARIANTS = {
     "name": "variants", "long": "variants", "type": str, "default": "", "metavar": "MODEL",
@@ -18,7 +18,7 @@ OPT_VARIANTS = {
 }
 
 
-class Report(DoitCmdBase):
+class Report(HelpfulDoitCmd):
     name = "report"
     doc_purpose = "write build/report/index.html: each model's chain, its check figures, history"
     doc_usage = "[--variants MODEL]"

@@ -56,13 +56,24 @@ def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `
 
 def verbosity(argv: list[str]) -> int:
     """doit's `-v N` / `--verbosity N` / `-vN` (0 when absent)."""
+    return int_option(argv, "-v", "--verbosity")
+
+
+def processes(argv: list[str]) -> int:
+    """doit's `-n N` / `--process N` / `-nN`: how many tasks may run at once (0: serial)."""
+    return int_option(argv, "-n", "--process")
+
+
+def int_option(argv: list[str], short: str, long: str) -> int:
+    """An integer option of doit's run command line, as `short N`, `long N`, `long=N` or
+    `shortN` (0 when absent or not a number)."""
     for i, token in enumerate(argv):
-        if token in ("-v", "--verbosity") and i + 1 < len(argv):
+        if token in (short, long) and i + 1 < len(argv):
             value = argv[i + 1]
-        elif token.startswith("--verbosity="):
+        elif token.startswith(f"{long}="):
             value = token.split("=", 1)[1]
-        elif token.startswith("-v") and token[2:].isdigit():
-            value = token[2:]
+        elif token.startswith(short) and token[len(short):].isdigit():
+            value = token[len(short):]
         else:
             continue
         return int(value) if value.isdigit() else 0

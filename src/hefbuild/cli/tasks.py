@@ -109,20 +109,22 @@ def keep_output(root: str, model: str, name: str, stage: str, output: str,
     return {name: rel}
 
 
-def clean_stage(root: str, task: str) -> None:
+def clean_stage(root: str, task: str, dryrun: bool = False) -> None:
     """`doit clean TASK`: the stage's folders leave build/; its result stays in the store,
-    so the next `doit TASK` restores it without running the rule."""
+    so the next `doit TASK` restores it without running the rule. With `--dry-run` (doit
+    passes `dryrun` to a clean action that takes it) it says what it would remove."""
     import shutil
 
     from ..store.projectlock import ProjectLock
 
-    action = actions_at(root)[task]
+    if dryrun:
+        where = _shown(root, _stage_folders(root, task)) or "nothing"
+        print(f"{task}: would remove {where}; the store keeps its result")
+        return
     lock = ProjectLock(Path(root) / STATE_DIR / "lock")
     lock.acquire(True, lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
-        folder = Path(root) / "build" / action.model
-        gone = [p for p in (folder / action.stage, folder / f"{action.stage}.failed",
-                            folder / f"{action.stage}.failed.log") if p.exists()]
+        gone = _stage_folders(root, task)
         for path in gone:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         fast = fast_path_at(root)
@@ -130,8 +132,20 @@ def clean_stage(root: str, task: str) -> None:
         fast.save()
     finally:
         lock.release()
-    where = ", ".join(p.relative_to(root).as_posix() for p in gone) or "nothing to remove"
-    print(f"{task}: removed {where}; the store keeps its result (`doit {task}` restores it)")
+    print(f"{task}: removed {_shown(root, gone) or 'nothing to remove'}; the store keeps its "
+          f"result (`doit {task}` restores it)")
+
+
+def _stage_folders(root: str, task: str) -> list[Path]:
+    """What a stage has in build/: its result, and what its last failed run left."""
+    action = actions_at(root)[task]
+    folder = Path(root) / "build" / action.model
+    return [p for p in (folder / action.stage, folder / f"{action.stage}.failed",
+                        folder / f"{action.stage}.failed.log") if p.exists()]
+
+
+def _shown(root: str, paths: list[Path]) -> str:
+    return ", ".join(p.relative_to(root).as_posix() for p in paths)
 
 
 def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:

@@ -98,6 +98,8 @@ class Engine:
                 decision = self.decide(action)
                 key = decision.key
                 outcome, record, extra = self._realize(action, decision, force, start)
+                if outcome is not Outcome.UPTODATE:
+                    extra = {**extra, "why": _why(decision, force)}
                 self.memo.keep(action, key, inputs)
             except OSError as exc:
                 raise disk_error(task, exc, self.paths.store) from exc
@@ -171,3 +173,10 @@ class Engine:
                         lambda self, value: setattr(self.ctx, "progress", value))
     stream_logs = property(lambda self: self.ctx.stream_logs,
                            lambda self, value: setattr(self.ctx, "stream_logs", value))
+
+
+def _why(decision: Decision, force: bool) -> str:
+    """Why a task ran, in a few words (its line and its event say it)."""
+    if force and decision.outcome is not Outcome.BUILT:
+        return "-a: built again"
+    return decision.why

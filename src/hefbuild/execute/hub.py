@@ -117,7 +117,15 @@ def lock_model(project: Project, name: str) -> dict[str, Any]:
     tmp = out.with_name(f".{out.name}.{os.getpid()}")
     tmp.write_text(json.dumps(lock, indent=1, sort_keys=True) + "\n")
     tmp.replace(out)
-    return summary
+    return {**summary, "lock": _shown_path(out, project.paths.root)}
+
+
+def _shown_path(path: Path, root: Path) -> str:
+    """The lock file as the user names it: under the project, relative to its root."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _local_digests(name: str, folder: Path) -> dict[str, str]:

@@ -67,19 +67,80 @@ def describe(
     return description
 
 
-def diff_descriptions(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+def diff_descriptions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Field-by-field changes, as `path: old -> new` lines, for `doit explain`."""
-    lines = []
+    return [f"{path}: {_show(a)} -> {_show(b)}" for path, a, b in _changes(old, new)]
+
+
+# The order a short reason names changes in: what people edit most, first.
+_FIELD_ORDER = ("params", "rule", "inputs", "files", "source", "toolchain", "env", "gpu")
+# Fields of file digests, said as the file that changed: field -> how its files are named.
+_FILE_FIELDS = {"rule": "rules/{}", "inputs": "upstream {}"}
+
+
+def short_reason(old: dict[str, Any], new: dict[str, Any], shown: int = 2) -> str:
+    """What changed between the last build's description and this key's, in a few words
+    for a task's line: `params.samples 32 → 16`, `rules/toy/make.py changed`,
+    `upstream make/thing.txt changed`; the first `shown`, then how many more."""
+    rank = {f: i for i, f in enumerate(_FIELD_ORDER)}
+    words: list[str] = []
+    for field in sorted(set(old) | set(new), key=lambda f: (rank.get(f, len(rank)), f)):
+        a, b = old.get(field, _ABSENT), new.get(field, _ABSENT)
+        if a == b:
+            continue
+        if field in _FILE_FIELDS and isinstance(a, dict) and isinstance(b, dict):
+            words += _files_changed(a, b, _FILE_FIELDS[field])
+        elif field == "files" and isinstance(a, dict) and isinstance(b, dict):
+            words += _file_params_changed(a, b)
+        elif isinstance(a, dict) and isinstance(b, dict):
+            words += [_was_now(p, x, y) for p, x, y in _changes(a, b, field + ".")]
+        else:
+            words.append(_was_now(field, a, b))
+    more = f" (+{len(words) - shown} more)" if len(words) > shown else ""
+    return ", ".join(words[:shown]) + more
+
+
+def _files_changed(old: dict[str, str], new: dict[str, str], name: str) -> list[str]:
+    """`<file> changed` (or added, removed) for each path whose digest differs."""
+    words = []
+    for rel in sorted(set(old) | set(new)):
+        if old.get(rel) != new.get(rel):
+            state = "added" if rel not in old else "removed" if rel not in new else "changed"
+            words.append(f"{name.format(rel)} {state}")
+    return words
+
+
+def _file_params_changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """A file parameter that names another file says so; one whose bytes changed, which."""
+    words = []
+    for param in sorted(set(old) | set(new)):
+        a, b = old.get(param, {}), new.get(param, {})
+        if a.get("path") != b.get("path"):
+            words.append(_was_now(f"params.{param}", a.get("path", _ABSENT),
+                                  b.get("path", _ABSENT)))
+        elif a.get("digest") != b.get("digest"):
+            words.append(f"{b['path']} changed")
+    return words
+
+
+def _was_now(path: str, old: Any, new: Any) -> str:
+    return f"{path} {_show(old, 32)} → {_show(new, 32)}"
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any],
+             prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted path, old value, new value) of every leaf that differs, in path order."""
+    found = []
     for field in sorted(set(old) | set(new)):
         path = f"{prefix}{field}"
         a, b = old.get(field, _ABSENT), new.get(field, _ABSENT)
         if a == b:
             continue
         if isinstance(a, dict) and isinstance(b, dict):
-            lines += diff_descriptions(a, b, path + ".")
+            found += _changes(a, b, path + ".")
         else:
-            lines.append(f"{path}: {_show(a)} -> {_show(b)}")
-    return lines
+            found.append((path, a, b))
+    return found
 
 
 class _Absent:
@@ -90,10 +151,10 @@ class _Absent:
 _ABSENT = _Absent()
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, width: int = 80) -> str:
     if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
         return f"sha256:{value[:12]}…"
     if isinstance(value, dict) and set(value) == {"path", "digest"}:
         return f"{value['path']} sha256:{value['digest'][:12]}…"
     text = repr(value) if not isinstance(value, _Absent) else "(absent)"
-    return text if len(text) <= 80 else text[:77] + "…"
+    return text if len(text) <= width else text[:width - 3] + "…"

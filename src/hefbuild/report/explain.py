@@ -1,23 +1,31 @@
 """Why a task would run: the difference between its last build and now, field by field.
 
 One verdict per task (`status_of`) serves `doit explain` and `doit status`, so the two never
-disagree; it is what the engine itself decides (`Engine.decide`), taken upstream first: a
-task whose upstream would run cannot be judged until that upstream's outputs exist.
+disagree, and `explain`'s headline and detail are both said from it; it is what the engine
+itself decides (`Engine.decide`), taken upstream first: a task whose upstream would run
+cannot be judged until that upstream's outputs exist. A task whose last run failed, for the
+key it has now, is `failed`, with that run's error (its `failed` event) and log.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ..engine.engine import MANIFEST, Engine
 from ..errors import HefbuildError
 from ..plan.key import diff_descriptions
-from ..store.events import Outcome, read_json
+from ..store.events import Outcome, read_events, read_json
 
 # What a build would do to a task: leave it, restore it, build it, or decide after upstream.
-UPTODATE, RESTORE, BUILD, NEVER, AFTER, REFUSED = (
-    "up to date", "would restore", "would build", "never built", "after upstream", "refused")
+UPTODATE, RESTORE, BUILD, NEVER, AFTER, REFUSED, FAILED = (
+    "up to date", "would restore", "would build", "never built", "after upstream", "refused",
+    "failed")
+# What `doit explain` says first of a task that would run, by its kind.
+_WOULD = {RESTORE: "would be restored from the store", BUILD: "would build",
+          NEVER: "would build", FAILED: "would build again"}
 
 REFUSED_UPSTREAM = "it is refused:"
 
@@ -34,7 +42,7 @@ class TaskStatus:
 
     @property
     def will_run(self) -> bool:
-        return self.kind in (BUILD, NEVER)
+        return self.kind in (BUILD, NEVER, FAILED)
 
 
 def status_of(engine: Engine, task: str) -> TaskStatus:
@@ -57,6 +65,9 @@ def status_of(engine: Engine, task: str) -> TaskStatus:
     reason = decision.reason.split(";")[0]
     if decision.outcome is Outcome.RESTORED:
         return TaskStatus(task, RESTORE, reason, changes, key, decided=reason)
+    failure = last_failure(engine.paths.root, action.model, action.stage, key)
+    if failure:
+        return TaskStatus(task, FAILED, failure, changes, key, decided=reason)
     kind = BUILD if manifest is not None else NEVER
     return TaskStatus(task, kind, changes[0] if changes else reason, changes, key,
                       decided=reason)
@@ -69,16 +80,18 @@ def explain_task(engine: Engine, task: str) -> list[str]:
         return [f"{task}: would fail: upstream {status.upstream} "
                 f"{status.reason[len('it '):]}"]
     if status.kind == AFTER:
-        return [f"{task}: would run after upstream {status.upstream}, which would run "
-                f"first: {status.reason}",
+        return [f"{task}: decided after upstream {status.upstream}, which runs first "
+                f"({status.reason})",
                 f"  its inputs are {status.upstream}'s outputs; if they come out "
                 f"byte-identical, {task} stays as it is (early cutoff)"]
     if status.kind == REFUSED:
         return [f"{task}: would fail: {status.reason}"]
     if status.kind == UPTODATE:
         return [f"{task}: up to date (key {status.key[:12]})"]
-    lines = [f"{task}: would run ({status.decided})"]
+    lines = [f"{task}: {_WOULD[status.kind]} ({status.decided})"]
     lines += _last_failure(engine, task)
+    if status.kind == FAILED:
+        lines.append(f"  its error: {status.reason.split('; log: ')[0]}")
     lines += [f"  changed since the last build: {c}" for c in status.changes]
     if status.kind == RESTORE:
         lines.append(f"  the result for key {status.key[:12]} is in the store: it would be "
@@ -87,6 +100,33 @@ def explain_task(engine: Engine, task: str) -> list[str]:
         lines.append(f"  no stored result for key {status.key[:12]}: rules/{action.rule} "
                      f"would run")
     return lines
+
+
+def last_failure(root: Path, model: str, stage: str, key: str) -> str:
+    """The one line a failed run of this key left (`<error>; log: <path>`), while its log is
+    in build/ and no later run of the task followed; empty otherwise."""
+    log = root / "build" / model / f"{stage}.failed.log"
+    if not log.is_file():
+        return ""
+    events = root / "build" / "events.jsonl"
+    try:
+        stat = events.stat()
+    except OSError:
+        return ""
+    last = _last_events(events, stat.st_size, stat.st_mtime_ns).get(f"{stage}:{model}")
+    if not last or last.get("outcome") != Outcome.FAILED.value or last.get("key") != key:
+        return ""
+    error = str(last.get("error", "")).removeprefix(f"{stage}:{model}: ")
+    where = f"build/{model}/{log.name}"
+    return error if error.endswith(f"; log: {where}") else f"{error}; log: {where}"
+
+
+@lru_cache(maxsize=1)
+def _last_events(path: Path, size: int, mtime_ns: int) -> dict[str, dict[str, Any]]:
+    """task -> its last event line, read once per state of the log (`doit status` asks for
+    every task, and the log may be megabytes)."""
+    events, _damaged = read_events(path)
+    return {e["task"]: e for e in events if "task" in e and "outcome" in e}
 
 
 def running_log(engine: Engine, task: str) -> Path | None:

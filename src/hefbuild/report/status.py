@@ -6,10 +6,10 @@ grid, the explanations and what a build then does cannot disagree.
 
 from __future__ import annotations
 
-from .explain import AFTER, BUILD, NEVER, REFUSED, RESTORE, UPTODATE, TaskStatus
+from .explain import AFTER, BUILD, FAILED, NEVER, REFUSED, RESTORE, UPTODATE, TaskStatus
 
 CELL = {UPTODATE: "ok", RESTORE: "restore", BUILD: "BUILD", NEVER: "new", AFTER: "after",
-        REFUSED: "REFUSED"}
+        REFUSED: "REFUSED", FAILED: "FAILED"}
 RUNNING = "running"
 
 
@@ -50,7 +50,8 @@ def details(statuses: list[TaskStatus], running: dict[str, str]) -> list[str]:
         text = {RESTORE: f"would restore from the store ({s.reason})",
                 BUILD: f"would build: {s.reason}",
                 NEVER: f"never built: {s.reason}",
-                REFUSED: f"refused: {s.reason}"}[s.kind]
+                REFUSED: f"refused: {s.reason}",
+                FAILED: f"failed: {s.reason}"}[s.kind]
         lines.append(f"   {s.task}: {text}")
     for upstream, stages in waiting.items():
         lines.append(f"   then, after {upstream}: {', '.join(stages)} (each rebuilt only if "
@@ -62,5 +63,21 @@ def totals(statuses: list[TaskStatus]) -> str:
     counts: dict[str, int] = {}
     for s in statuses:
         counts[s.kind] = counts.get(s.kind, 0) + 1
-    order = (UPTODATE, RESTORE, BUILD, NEVER, AFTER, REFUSED)
-    return ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
+    order = (UPTODATE, RESTORE, BUILD, NEVER, FAILED, AFTER, REFUSED)
+    return ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k)) or "no tasks"
+
+
+def task_rows(statuses: list[TaskStatus], running: dict[str, str]) -> list[str]:
+    """One line per task, for tasks named on the command line (not whole models): its
+    cell, and why when it would change."""
+    if not statuses:
+        return []
+    width = max(len(s.task) for s in statuses)
+    lines = []
+    for s in statuses:
+        cell = RUNNING if s.task in running else CELL[s.kind]
+        why = "" if s.kind == UPTODATE else s.reason
+        if s.kind == AFTER:
+            why = f"after {s.upstream}: {s.reason}"
+        lines.append(f"{s.task:<{width}}  {cell:<7}  {why}".rstrip())
+    return lines

@@ -1,8 +1,9 @@
 """The end-of-run line: what every task of this invocation came to.
 
-    hefbuild: 2 built, 1 restored, 3 from remote (1.8 MB in 0.4 s), 4 up to date, 0 failed
+    hefbuild: 2 built, 1 restored, 3 from remote (1.8 MB in 0.4 s), 4 up to date, 0 failed in 9.12 s
 
-and, when stages ran on a cluster, which node built which: `; ran on gpu-1 (optimize:m)`.
+then, when stages ran on a cluster, which node built which: `; ran on gpu-1 (optimize:m)`,
+and in a parallel run (`doit -n N`) the chain of tasks that set its end (`critical`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def nodes_of(events: Any) -> dict[str, list[str]]:
     return {n: sorted(tasks) for n, tasks in sorted(nodes.items())}
 
 
-def summary_line(counts: dict[str, Any]) -> str:
+def summary_line(counts: dict[str, Any], wall: float | None = None, critical: str = "") -> str:
+    """The counts, then the invocation's wall time and (parallel runs) its critical path."""
     parts = []
     for outcome, label in _LABELS.items():
         text = f"{counts.get(outcome.value, 0)} {label}"
@@ -61,10 +63,12 @@ def summary_line(counts: dict[str, Any]) -> str:
                     f"{counts['remote_seconds']:.1f} s)"
         parts.append(text)
     line = "hefbuild: " + ", ".join(parts)
+    if wall is not None:
+        line += f" in {human_seconds(wall)}"
     nodes = counts.get("nodes") or {}
     if nodes:
         line += "; ran on " + ", ".join(f"{n} ({', '.join(t)})" for n, t in nodes.items())
-    return line
+    return f"{line}; {critical}" if critical else line
 
 
 def human_bytes(n: float) -> str:
@@ -73,3 +77,13 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+def human_seconds(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"

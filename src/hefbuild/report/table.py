@@ -16,18 +16,20 @@ from typing import Any
 
 from ..declare.checks import Checks, builtin_checks
 from ..engine.verdicts import check_verdict
-from .summary import human_bytes
+from .summary import human_bytes, human_seconds
 
 _LABEL_WIDTH = 10
 _RULE_PREFIX = re.compile(r"^\S+: rules/\S+ failed \(exit \d+\): ")
 _LOG_SUFFIX = re.compile(r"; log: build/\S+$")
 
 
-def task_line(task: str, values: dict[str, Any]) -> str:
-    """`built      export:m  12.3 s, peak 812 MiB` and the like."""
+def task_line(task: str, values: dict[str, Any], count: str = "") -> str:
+    """`built      export:m  12.3 s, peak 812 MiB — params.samples 32 → 16` and the like;
+    `count` (`[3/12] `) leads the line when a run shows more than one stage."""
     outcome = values.get("outcome", "")
+    why = f" — {values['why']}" if values.get("why") else ""
     if outcome == "uptodate":
-        return labelled("up to date", task)
+        return labelled("up to date", task, count) + why
     seconds = float(values.get("seconds", 0.0))
     detail = human_seconds(seconds)
     if outcome == "built" and values.get("peak_rss_mb"):
@@ -40,7 +42,12 @@ def task_line(task: str, values: dict[str, Any]) -> str:
     if values.get("env_s"):  # not in the stage's time: said beside it
         detail += (f" (after {human_seconds(float(values['env_s']))} getting venv toolchain "
                    f"{values.get('env', '')} ready)")
-    return labelled(outcome, f"{task}  {detail}")
+    return labelled(outcome, f"{task}  {detail}", count) + why
+
+
+def progress(done: int, total: int) -> str:
+    """`[ 3/12] `: how far a run of `total` stages is; nothing for a run of one."""
+    return f"[{done:>{len(str(total))}}/{total}] " if total > 1 else ""
 
 
 def blocked_line(blocked: list[str], shown: int = 6) -> str:
@@ -53,18 +60,8 @@ def blocked_line(blocked: list[str], shown: int = 6) -> str:
                                f"after a failure upstream: {names}")
 
 
-def labelled(label: str, text: str) -> str:
-    return f"   {label:<{_LABEL_WIDTH}} {text}"
-
-
-def human_seconds(seconds: float) -> str:
-    if seconds < 10:
-        return f"{seconds:.2f} s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+def labelled(label: str, text: str, count: str = "") -> str:
+    return f"{count or '   '}{label:<{_LABEL_WIDTH}} {text}"
 
 
 def members(selected: list[str], known: list[str], checks: Checks | None = None) -> list[str]:
