@@ -7,6 +7,7 @@ engine raises them, the CLI prints them.
 from __future__ import annotations
 
 import errno
+import math
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,8 +38,10 @@ def failure_message(action: Action, stage: StageRun, result: ExecResult,
                 f"log: {rel_log}")
     if result.killed_for == "memory":
         cap = (stage.limits.memory_bytes or 0) / MIB
+        # Rounded up: a peak just over the cap must not read as the cap itself.
         return (f"{action.task}: killed at its memory cap of {cap:.0f} MiB (peak "
-                f"{result.peak_rss_mb:.0f} MiB); raise `memory` in {where}; log: {rel_log}")
+                f"{math.ceil(result.peak_rss_mb)} MiB); raise `memory` in {where}; "
+                f"log: {rel_log}")
     full = _disk_nearly_full(store)
     return (f"{action.task}: rules/{action.rule} failed (exit {result.returncode}): "
             f"{log_tail(stage.log_path)}{full}; log: {rel_log}")
