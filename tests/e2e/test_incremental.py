@@ -143,7 +143,14 @@ def test_two_concurrent_invocations_leave_a_consistent_state(project: Project):
 def test_no_wait_fails_fast_while_another_runs(project: Project):
     project.edit("models/tiny-llama.toml", "max_new_tokens = 16", "max_new_tokens = 9")
     first = project.popen("verify:tiny-llama")
-    time.sleep(0.5)
+    lock = project.root / ".hefbuild" / "lock"
+    deadline = time.monotonic() + 120
+    # Not a fixed sleep: on a busy machine the first doit may need seconds to take the lock.
+    while time.monotonic() < deadline and first.poll() is None:
+        if lock.exists() and lock.read_text().strip() == str(first.pid):
+            break
+        time.sleep(0.05)
+    assert first.poll() is None, "the first doit ended before it was seen holding the lock"
     second = project.doit("verify:tiny-llama", env={"HEFBUILD_NO_WAIT": "1"})
     first.communicate(timeout=300)
     assert second.returncode != 0
