@@ -10,5 +10,7 @@ _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-# A minimal project on disk and a loader of `models/m.toml` (declare/, plan/ and others).
+# A minimal project on disk and a loader of `models/m.toml` (declare/, plan/ and others), and
+# which tests share a pytest-xdist worker and which start first (tests/scheduling.py).
 from project_fixtures import load, model, proj  # noqa: E402, F401
+from scheduling import pytest_collection_modifyitems  # noqa: E402, F401
