@@ -24,8 +24,12 @@ def spec_error(load, text: str | None) -> str:
 def test_defaults_are_filled_in(model):
     m = model(SYNTHETIC)
     assert (m.name, m.file, m.target, m.toolchain) == ("m", "models/m.toml", "cpu-ort", "host")
-    assert m.stages["quantize"]["samples"] == 32
-    assert m.stages["quantize"]["calibration"] == "data/calibration/tiny-stories.txt"
+    # The default method, weight-only int8, reads its block size; calibration is static_qdq's.
+    assert m.stages["quantize"] == {"method": "weight_only_int8", "block_size": 32,
+                                    "symmetric": True}
+    qdq = model(SYNTHETIC + '\n[stages.quantize]\nmethod = "static_qdq"\n')
+    assert qdq.stages["quantize"]["samples"] == 32
+    assert qdq.stages["quantize"]["calibration"] == "data/calibration/tiny-stories.txt"
     assert m.stages["verify"]["min_token_agreement"] == 0.5
     assert m.stages["fetch"] == {}
     assert m.source.synthetic["hidden_size"] == 64
@@ -35,7 +39,8 @@ def test_defaults_are_filled_in(model):
 
 
 def test_given_values_override_defaults(model):
-    m = model(SYNTHETIC + "\n[stages.quantize]\nsamples = 8\nper_channel = true\n")
+    m = model(SYNTHETIC + "\n[stages.quantize]\nmethod = \"static_qdq\"\nsamples = 8\n"
+              "per_channel = true\n")
     assert m.stages["quantize"]["samples"] == 8
     assert m.stages["quantize"]["per_channel"] is True
 
@@ -134,7 +139,7 @@ BAD_MODELS = [
      "models/m.toml: model.toolchain: a toolchain declared in toolchain/ (host), got 'gpu'"),
     (SYNTHETIC + '\n[stages.compile]\ntoolchain = "gpu"\n',
      "models/m.toml: stages.compile.toolchain: a toolchain declared in toolchain/ (host)"),
-    (SYNTHETIC + '\n[stages.quantize]\ncalibration = "data/none.txt"\n',
+    (SYNTHETIC + '\n[stages.quantize]\nmethod = "static_qdq"\ncalibration = "data/none.txt"\n',
      "models/m.toml: stages.quantize.calibration: file 'data/none.txt' does not exist"),
     (SYNTHETIC + "\n[stages.verify]\nmin_token_agreement = 1.5\n",
      "models/m.toml: stages.verify.min_token_agreement: expected a number <= 1.0"),
@@ -219,7 +224,8 @@ def test_spec_error_carries_its_parts(load):
 def test_absolute_file_param_is_refused(load, tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("calibration from elsewhere\n")
-    message = spec_error(load, SYNTHETIC + f'\n[stages.quantize]\ncalibration = "{outside}"\n')
+    message = spec_error(load, SYNTHETIC + '\n[stages.quantize]\nmethod = "static_qdq"\n'
+                         f'calibration = "{outside}"\n')
     assert "stages.quantize.calibration" in message
 
 

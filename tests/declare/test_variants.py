@@ -73,7 +73,9 @@ def test_each_variant_is_a_model_named_model_at_variant(load, other_calibration)
     assert {w4.variant_of, s16.variant_of, cal.variant_of} == {"m"}
     assert w4.file == "models/m.toml"  # its errors name the file it is declared in
     assert w4.stages["quantize"]["method"] == "weight_only_int4"
-    assert w4.stages["quantize"]["samples"] == 8  # inherited from the base's [stages]
+    # weight-only int4 reads no calibration: the base's samples leave w4's key
+    assert "samples" not in w4.stages["quantize"] and w4.stages["quantize"]["block_size"] == 32
+    assert base.unread == ()  # the base's static_qdq reads samples: nothing to warn of
     assert s16.stages["quantize"] == {**base.stages["quantize"], "samples": 16}
     assert cal.stages["quantize"]["calibration"] == "data/calibration/other.txt"
     for variant in (w4, s16, cal):

@@ -21,19 +21,23 @@ def snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
     return files
 
 
+QUANTIZE_KEYS = {"method", "block_size", "symmetric", "exclude", "calibration", "samples",
+                 "seq_len", "seed", "per_channel", "op_types", "activation_type", "weight_type",
+                 "toolchain", "timeout", "memory", "gpu"}
+
 CASES = [
     ("models/tiny-llama.toml", "[model]", "[model",
      "models/tiny-llama.toml: malformed TOML"),
     ("models/tiny-llama.toml", 'target = "cpu-ort"', 'target = "cpu-ort"\ncolour = "red"',
      "models/tiny-llama.toml: model.colour: unknown key"),
-    ("models/tiny-llama.toml", "samples = 32", 'samples = "many"',
-     "models/tiny-llama.toml: stages.quantize.samples: expected an integer"),
+    ("models/tiny-llama.toml", "block_size = 32", 'block_size = "many"',
+     "models/tiny-llama.toml: stages.quantize.block_size: expected an integer"),
     ("models/tiny-llama.toml", "[stages.quantize]", "[stages.optimise]\n[stages.quantize]",
      "models/tiny-llama.toml: stages.optimise: unknown key"),
     ("models/tiny-llama.toml", "[stages.quantize]", '[stages.quantize]\ntoolchain = "gpu-box"',
      "models/tiny-llama.toml: stages.quantize.toolchain: a toolchain declared in toolchain/"),
-    ("models/tiny-llama.toml", 'calibration = "data/calibration/tiny-stories.txt"',
-     'calibration = "data/calibration/missing.txt"',
+    ("models/tiny-llama.toml", "block_size = 32",
+     'method = "static_qdq"\ncalibration = "data/calibration/missing.txt"',
      "models/tiny-llama.toml: stages.quantize.calibration: file 'data/calibration/missing.txt'"
      " does not exist"),
     ("models/tiny-llama.toml", "min_token_agreement = 0.5", "min_token_agreement = 1.5",
@@ -51,7 +55,7 @@ CASES = [
     ("models/tiny-llama.toml", "min_token_agreement = 0.5", "min_token_agreement = nan",
      "models/tiny-llama.toml: stages.verify.min_token_agreement: expected a number, got float"
      " nan"),
-    ("models/tiny-llama.toml", "samples = 32", "samples = " + "[" * 5000 + "]" * 5000,
+    ("models/tiny-llama.toml", "block_size = 32", "block_size = " + "[" * 5000 + "]" * 5000,
      "models/tiny-llama.toml: nested too deeply"),
     ("models/tiny-llama.toml", 'prompts = ["Once upon a time there was a tiny mouse", '
      '"The children played", "Sam had a blue kite"]', "prompts = []",
@@ -134,8 +138,8 @@ def test_a_file_parameter_linking_outside_the_project_is_refused(project: Projec
     before = snapshot(project.root / "build", project.store)
     link = project.root / "data" / "calibration" / "outside.txt"
     link.symlink_to("/etc/passwd")
-    project.edit("models/tiny-llama.toml", "calibration/tiny-stories.txt",
-                 "calibration/outside.txt")
+    project.edit("models/tiny-llama.toml", "block_size = 32",
+                 'method = "static_qdq"\ncalibration = "data/calibration/outside.txt"')
     run = project.doit("verify:tiny-llama")
     assert run.returncode == 3
     assert "stages.quantize.calibration: a file inside the project" in run.stderr
@@ -194,3 +198,30 @@ def test_a_misspelt_task_gets_the_closest_names(project: Project):
     assert run.returncode == 3
     assert run.stderr.strip().startswith("ERROR: no task 'verfy:tiny-llama'; did you mean "
                                          "verify:tiny-llama")
+
+
+def test_every_mistake_of_a_model_file_in_one_run(project: Project):
+    before = snapshot(project.root / "build", project.store)
+    project.edit("models/tiny-llama.toml", 'target = "cpu-ort"', 'target = "cpu-ort"\ncolour = 1')
+    project.edit("models/tiny-llama.toml", "block_size = 32", "block_sise = 32")
+    project.edit("models/tiny-llama.toml", "max_new_tokens = 16", "max_new_tokens = 0")
+    run = project.doit("verify:tiny-llama")
+    assert run.returncode == 3
+    assert run.stderr.splitlines() == [
+        "ERROR: models/tiny-llama.toml: 3 mistakes",
+        "  models/tiny-llama.toml: model.colour: unknown key (expected one of: chat, "
+        "description, manual, target, toolchain)",
+        "  models/tiny-llama.toml: stages.quantize.block_sise: unknown key (expected one of: "
+        + ", ".join(sorted(QUANTIZE_KEYS)) + ")",
+        "  models/tiny-llama.toml: stages.verify.max_new_tokens: expected an integer >= 1"]
+    assert snapshot(project.root / "build", project.store) == before
+
+
+def test_a_parameter_the_method_does_not_read_is_a_warning_and_rebuilds_nothing(
+        project: Project):
+    project.edit("models/tiny-llama.toml", "block_size = 32", "block_size = 32\nsamples = 8")
+    run = project.doit("verify:tiny-llama")
+    assert run.returncode == 0 and set(run.outcomes().values()) == {"uptodate"}
+    assert ('WARNING: models/tiny-llama.toml: stages.quantize.samples is not read: only method = '
+            '"static_qdq" reads it (here method = "weight_only_int8"), so it is left out of the '
+            'key and changing it rebuilds nothing') in run.stderr.splitlines()

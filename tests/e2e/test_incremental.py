@@ -56,16 +56,16 @@ def test_verify_param_change_reruns_only_verify(project: Project):
 
 
 def test_quantize_param_change_then_revert_restores(project: Project):
-    # A parameter of the default method (weight_only_int8): a static_qdq-only one such as
-    # `samples` reruns quantize, but its output is the same bytes and the rest is cut off.
-    project.edit("models/tiny-llama.toml", "samples = 32", "samples = 32\nblock_size = 64")
+    # A parameter of the default method (weight_only_int8); a static_qdq-only one such as
+    # `samples` is left out of its key (tests/e2e/test_bad_input.py).
+    project.edit("models/tiny-llama.toml", "block_size = 32", "block_size = 64")
     changed = project.doit("verify:tiny-llama")
     assert changed.returncode == 0, changed.stderr
     downstream = {"quantize:tiny-llama", "compile:tiny-llama", "verify:tiny-llama"}
     assert changed.tasks("built") == downstream
     assert changed.tasks("uptodate") == {"fetch:tiny-llama", "export:tiny-llama"}
 
-    project.edit("models/tiny-llama.toml", "samples = 32\nblock_size = 64", "samples = 32")
+    project.edit("models/tiny-llama.toml", "block_size = 64", "block_size = 32")
     reverted = project.doit("verify:tiny-llama")
     assert reverted.returncode == 0
     assert reverted.tasks("restored") == downstream
@@ -84,7 +84,7 @@ def test_touch_runs_nothing(project: Project):
 
 
 def test_same_size_edit_with_restored_mtime_is_seen(project: Project):
-    path = project.root / "data/calibration/tiny-stories.txt"
+    path = project.root / "rules/cpu_ort/compile.py"
     st = path.stat()
     text = path.read_text()
     swapped = text.replace("a", "e", 1)
@@ -92,7 +92,7 @@ def test_same_size_edit_with_restored_mtime_is_seen(project: Project):
     path.write_text(swapped)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # what `cp -p` or `tar x` leave
     run = project.doit("verify:tiny-llama")
-    assert "quantize:tiny-llama" in run.tasks("built")
+    assert "compile:tiny-llama" in run.tasks("built")
 
 
 def test_rule_code_change_reruns_that_stage_and_cuts_off(project: Project):
@@ -163,7 +163,7 @@ def test_explain_names_the_changed_parameter(project: Project):
     out = project.doit("explain", "verify:tiny-llama").stdout
     assert "params.max_new_tokens: 16 -> 20" in out
     assert "rules/cpu_ort/verify.py would run" in out
-    project.edit("models/tiny-llama.toml", "samples = 32", "samples = 8")
+    project.edit("models/tiny-llama.toml", "block_size = 32", "block_size = 128")
     out = project.doit("explain", "verify:tiny-llama").stdout
     assert "upstream quantize:tiny-llama" in out
 
@@ -181,8 +181,11 @@ def test_manifest_and_log_record_what_happened(project: Project):
     manifest = project.manifest("quantize:tiny-llama")
     desc = manifest["description"]
     assert set(desc["inputs"]) >= {"export/model.onnx", "fetch/checkpoint/config.json"}
-    assert desc["files"]["calibration"]["path"] == "data/calibration/tiny-stories.txt"
-    assert desc["params"]["samples"] == 32
+    # weight-only int8: no calibration text, so no file and no calibration parameters
+    assert desc["files"] == {} and desc["params"]["block_size"] == 32
+    assert "samples" not in desc["params"]
+    fetched = project.manifest("fetch:tiny-llama")["description"]
+    assert fetched["files"]["corpus"]["path"] == "data/corpus/tiny-stories.txt"
     assert desc["toolchain"]["packages"]["torch"].startswith("2.13.0")
     assert manifest["peak_rss_mb"] > 0 and manifest["build_seconds"] > 0
     assert (project.root / "build/tiny-llama/quantize/log.txt").stat().st_size > 0

@@ -129,7 +129,7 @@ def test_compress_mode_reruns_compress_compile_verify_only(ov_project: Project):
 
 def test_int4_figures(ov_project: Project):
     """int4 on a tiny random-ish model: reported, and only checked to be sane."""
-    ov_project.edit(TOML, 'mode = "int8_asym"', 'mode = "int4_sym"')
+    ov_project.edit(TOML, 'mode = "int8_asym"', 'mode = "int4_sym"\ngroup_size = 32')
     ov_project.edit(TOML, "min_token_agreement = 0.5", "min_token_agreement = 0.0")
     run = ov_project.doit(f"verify:{MODEL}", timeout=TIMEOUT)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -23,7 +23,8 @@ def test_rule_gets_its_rule_file_and_action_json(make_engine, fake, root):
     request, action = fake.requests[i], fake.actions[i]
     assert request.rules_dir / request.rule == root / "rules" / "cpu_ort" / "quantize.py"
     assert action["inputs"] == {up: str(root / "build" / MODEL / up) for up in ("fetch", "export")}
-    assert action["files"] == {"calibration": str(root / "data/calibration/tiny-stories.txt")}
+    assert action["files"] == {}  # weight-only int8 reads no calibration text
+    assert fake.actions[0]["files"] == {"corpus": str(root / "data/corpus/tiny-stories.txt")}
     assert request.env == {"PYTHONHASHSEED": "0"}  # the toolchain's declared env, no more
 
 
@@ -34,7 +35,8 @@ def test_outputs_are_materialized_read_only_with_manifest_and_log(built, root):
     manifest = json.loads((stage_dir / "manifest.json").read_text())
     assert manifest["outputs"]["model.int8.onnx"]["digest"] == sha256_file(out).hex
     assert manifest["key"] == built.decide(built.actions[f"quantize:{MODEL}"]).key.hex
-    assert manifest["description"]["params"]["samples"] == 32
+    params = manifest["description"]["params"]
+    assert params["block_size"] == 32 and "samples" not in params  # only what the rule reads
     assert (stage_dir / "log.txt").read_text() == "quantize: ok\n"
 
 

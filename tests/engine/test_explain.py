@@ -37,7 +37,7 @@ def test_result_in_store_is_said_restorable(built, make_engine, root):
 
 
 def test_stale_upstream_is_explained_first(built, make_engine, root):
-    edit(model_toml(root), "samples = 32", "samples = 16")
+    edit(model_toml(root), "block_size = 32", "block_size = 16")
     lines = explain_task(make_engine(), VERIFY)
     assert lines[0].startswith(f"{VERIFY}: decided after upstream quantize:{MODEL}, which "
                                f"runs first (")

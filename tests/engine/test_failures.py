@@ -226,6 +226,23 @@ def test_missing_pinned_package_refuses_to_run(make_engine, root, fake):
     assert fake.ran == []
 
 
+def test_a_missing_vendor_package_says_where_to_get_it(make_engine, root, fake):
+    # As toolchain/hailo-dfc-5.3.0-host.toml declares the Dataflow Compiler.
+    edit(root / "toolchain" / "host.toml", "[packages]\n",
+         '[packages]\nhailo_dataflow_compiler = "5.3.0"\n')
+    edit(root / "toolchain" / "host.toml", 'kind = "host"\n',
+         'kind = "host"\nwheels_source = "Hailo\'s Developer Zone (hailo.ai, an account is '
+         'needed)"\n')
+    with pytest.raises(ToolchainMismatch) as err:
+        make_engine().run(f"fetch:{MODEL}")
+    assert "packages.hailo_dataflow_compiler: version 5.3.0 required, not installed in " \
+        in str(err.value)
+    assert str(err.value).endswith("(download it from Hailo's Developer Zone (hailo.ai, an "
+                                   "account is needed) and install it, or run the stage in "
+                                   "another toolchain)")
+    assert fake.ran == []
+
+
 def test_unbuilt_upstream_is_a_stage_error(make_engine, fake):
     with pytest.raises(StageError, match=f"upstream fetch:{MODEL} has no result in build/"):
         make_engine().run(f"export:{MODEL}")

@@ -59,8 +59,8 @@ CHANGES: dict[str, Callable[[Path], None]] = {
     "rule code": lambda root: (root / "rules/cpu_ort/quantize.py").write_text("# v2\n"),
     "toolchain env": lambda root: edit(root / "toolchain/host.toml", 'PYTHONHASHSEED = "0"',
                                        'PYTHONHASHSEED = "1"'),
-    "file parameter bytes": lambda root: (root / "data/calibration/tiny-stories.txt").write_text(
-        "other calibration text\n"),
+    "file parameter bytes": lambda root: (root / "data/corpus/tiny-stories.txt").write_text(
+        "another corpus\n"),
     "upstream output bytes": lambda root: same_size_edit(
         root / "build" / MODEL / "export" / "model.onnx"),
     "own output removed": lambda root: (root / "build" / MODEL / "verify/report.json").unlink(),
@@ -188,18 +188,18 @@ def test_declarations_are_parsed_once_per_change(root, store, monkeypatch):
                         lambda *a, **k: parsed.append(a[0].name) or real(*a, **k))
     again = load_project_cached(root, store)
     assert parsed == [] and again.models == first.models
-    edit(model_toml(root), "samples = 32", "samples = 16")
+    edit(model_toml(root), "block_size = 32", "block_size = 16")
     changed = load_project_cached(root, store)
     assert parsed == [f"{MODEL}.toml"]
-    assert changed.models[MODEL].stages["quantize"]["samples"] == 16
+    assert changed.models[MODEL].stages["quantize"]["block_size"] == 16
 
 
 def test_a_deleted_file_parameter_is_reported_even_with_a_cached_project(root, store):
     assert MODEL in load_project_cached(root, store).models
-    (root / "data/calibration/tiny-stories.txt").unlink()
+    (root / "data/corpus/tiny-stories.txt").unlink()
     project = load_project_cached(root, store)  # the cache must not hide the missing file
     assert MODEL not in project.models
-    assert "stages.quantize.calibration" in project.broken[MODEL]
+    assert "source.synthetic.corpus" in project.broken[MODEL]
 
 
 # -- events --------------------------------------------------------------------------

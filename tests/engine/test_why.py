@@ -19,9 +19,9 @@ def test_a_first_build_is_new(make_engine):
 
 
 def test_a_parameter_names_itself_with_both_values(built, make_engine, root):
-    edit(model_toml(root), "samples = 32", "samples = 16")
+    edit(model_toml(root), "block_size = 32", "block_size = 16")
     said = whys(make_engine(), (QUANTIZE, COMPILE))
-    assert said[QUANTIZE] == "params.samples 32 → 16"
+    assert said[QUANTIZE] == "params.block_size 32 → 16"
     # the fake's bytes follow the parameters: compile's input changed, and it says which
     assert said[COMPILE] == "upstream quantize/model.int8.onnx changed"
     event = json.loads((root / "build/events.jsonl").read_text().splitlines()[-1])

@@ -37,8 +37,11 @@ def test_rules_outputs_and_dirs(actions):
     assert actions["fetch"].outputs == ("checkpoint/",)
 
 
-def test_file_params(actions):
-    assert actions["quantize"].file_params == {"calibration": "data/calibration/tiny-stories.txt"}
+def test_file_params(actions, model):
+    assert actions["quantize"].file_params == {}  # weight-only int8 reads no calibration file
+    qdq = {a.stage: a for a in plan_model(model(SYNTHETIC + '\n[stages.quantize]\n'
+                                                'method = "static_qdq"\n'))}
+    assert qdq["quantize"].file_params == {"calibration": "data/calibration/tiny-stories.txt"}
     assert actions["fetch"].file_params == {"corpus": "data/corpus/tiny-stories.txt"}
     assert actions["verify"].file_params == {}
 

@@ -32,9 +32,10 @@ def load(tmp_path: Path):
 def test_defaults(load) -> None:
     m = load("")
     q, v = m.stages["quantize"], m.stages["verify"]
-    assert (q["method"], q["block_size"], q["symmetric"], q["exclude"]) == \
-        ("weight_only_int8", 32, True, [])
-    assert q["samples"] == 32 and q["activation_type"] == "QUInt8"  # static_qdq's, kept
+    assert q == {"method": "weight_only_int8", "block_size": 32, "symmetric": True}
+    qdq = load('\n[stages.quantize]\nmethod = "static_qdq"\n').stages["quantize"]
+    assert qdq["samples"] == 32 and qdq["activation_type"] == "QUInt8" and qdq["exclude"] == []
+    assert "block_size" not in qdq  # weight-only's, not read by static_qdq
     assert (v["gate"], v["min_teacher_forced"], v["min_logit_cosine"], v["near_tie"]) == \
         ("teacher_forced", 0.9, 0.99, 0.5)
     assert v["min_token_agreement"] == 0.5
@@ -84,3 +85,11 @@ def test_bad_value_is_one_line_spec_error(load, extra: str, expected: str) -> No
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith(expected), message
+
+
+def test_an_opset_the_exporter_cannot_use_is_refused_when_loading(load) -> None:
+    from hefbuild.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"stages.export.opset: expected an integer >= 10"):
+        load("\n[stages.export]\nopset = 9\n")
+    assert load("\n[stages.export]\nopset = 10\n").stages["export"]["opset"] == 10

@@ -209,6 +209,10 @@ def _say_broken(project: Project, selected: set[str] | None) -> None:
         raise SystemExit(3)
     for error in project.broken.values():
         print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
+    for name, model in project.models.items():  # a variant's are its base model's
+        if selected is None or name in selected:
+            for line in model.unread:
+                print(f"WARNING: {line}", file=sys.stderr)
 
 
 def _without_manual(project: Project, selected: set[str] | None) -> set[str] | None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import SpecError, spec_error
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")  # a pinned revision
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")  # a file's digest
@@ -41,11 +41,12 @@ def _table(doc: dict[str, Any], key: str, shown: str, path: str) -> dict[str, An
 
 
 def _only_keys(table: dict[str, Any], allowed: set[str] | dict, shown: str, path: str) -> None:
-    for key in table:
-        if key not in allowed:
-            names = ", ".join(sorted(allowed)) or "nothing"
-            raise SpecError(shown, f"{path}.{key}" if path else key,
-                            f"unknown key (expected one of: {names})")
+    names = ", ".join(sorted(allowed)) or "nothing"
+    unknown = [SpecError(shown, f"{path}.{key}" if path else key,
+                         f"unknown key (expected one of: {names})")
+               for key in table if key not in allowed]
+    if unknown:
+        raise spec_error(unknown)
 
 
 def table_list(doc: dict[str, Any], key: str, shown: str) -> list[dict[str, Any]]:

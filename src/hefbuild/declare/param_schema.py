@@ -1,9 +1,11 @@
 """A target's parameter declarations (`[stages.params.<name>]` in `targets/<name>.toml`):
-type, default, bounds, choices, the bool parameter that switches it on, the stage it
-inherits its value from, and the one line docs/parameters.md shows."""
+type, default, bounds, choices, the bool parameter that switches it on (`when`) or the values
+of another parameter under which the rule reads it (`applies`), the stage it inherits its
+value from, and the one line docs/parameters.md shows."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..errors import SpecError
@@ -13,7 +15,7 @@ from .params import ParamType as T
 
 PARAM_TYPES = {"int": T.INT, "float": T.FLOAT, "bool": T.BOOL, "str": T.STR,
                "str_list": T.STR_LIST, "file": T.FILE, "duration": T.DURATION, "size": T.SIZE}
-_PARAM_KEYS = {"type", "default", "min", "max", "choices", "when", "inherit", "doc"}
+_PARAM_KEYS = {"type", "default", "min", "max", "choices", "when", "applies", "inherit", "doc"}
 
 
 def parse_params(value: Any, where: str, shown: str,
@@ -33,7 +35,35 @@ def parse_params(value: Any, where: str, shown: str,
         if p.when is not None and (p.when not in params or params[p.when].type is not T.BOOL):
             raise SpecError(shown, f"{where}.{name}.when",
                             f"a bool parameter of the same stage, got {p.when!r}")
+        applies = _applies(value[name].get("applies"), params, f"{where}.{name}.applies", shown)
+        if applies:
+            params[name] = replace(p, applies=applies)
     return params
+
+
+def _applies(value: Any, params: dict[str, ParamDef], where: str,
+             shown: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """`applies = { method = ["static_qdq"] }`: each named parameter of the same stage, with
+    a non-empty list of values it can take."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value:
+        raise SpecError(shown, where, "a table naming parameters of the same stage and the "
+                        f"values under which this one is read, got {value!r}"[:160])
+    out = []
+    for other, values in value.items():
+        if other not in params:
+            raise SpecError(shown, f"{where}.{other}", one_of("a parameter of the same stage",
+                                                              sorted(params), other))
+        if not isinstance(values, list) or not values:
+            raise SpecError(shown, f"{where}.{other}", f"a non-empty list of values, got "
+                            f"{values!r}"[:120])
+        for v in values:
+            problem = check_value(v, params[other])
+            if problem:
+                raise SpecError(shown, f"{where}.{other}", f"values {other} can take: {problem}")
+        out.append((other, tuple(values)))
+    return tuple(out)
 
 
 def _param(table: dict[str, Any], where: str, shown: str) -> ParamDef:
@@ -65,7 +95,7 @@ def _param(table: dict[str, Any], where: str, shown: str) -> ParamDef:
             raise SpecError(shown, f"{where}.default", f"expected {problem}")
         pdef = ParamDef(ptype, table["default"], pdef.choices, minimum=pdef.minimum,
                         maximum=pdef.maximum, when=pdef.when, inherit=pdef.inherit,
-                        doc=pdef.doc)
+                        doc=pdef.doc)  # `applies` is added once every parameter is known
     return pdef
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import SpecError
 from .declfile import _only_keys
+from .mistakes import Mistakes
 from .names import fits_name_max
 from .names import shown as shown_name
 
@@ -36,6 +37,9 @@ class ParamDef:
     # The name of a BOOL parameter that switches this one on; while it is false this one
     # is dropped entirely (not checked, not in the key).
     when: str | None = None
+    # (name, values): this one is read only while that parameter has one of those values
+    # (`applies = { method = ["static_qdq"] }`); otherwise it is dropped as with `when`.
+    applies: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     # A stage whose value, when this one is not given, is taken over (fidelity calibrates on
     # optimize's rows unless told otherwise).
     inherit: str | None = None
@@ -143,29 +147,79 @@ def check_params(
 
     A FILE default may name the model as `{model}` (e.g. `placements/{model}.auto.alls`).
     """
-    _only_keys(table, schema, shown, path)
+    mistakes = Mistakes()
+    with mistakes.check():
+        _only_keys(table, schema, shown, path)
     resolved: dict[str, Any] = {}
     for key, pdef in schema.items():
-        if key not in table:
-            if pdef.required:
-                raise SpecError(shown, f"{path}.{key}", f"required: {pdef.type.value}")
-            if pdef.default is not None:
-                default = pdef.default
-                if pdef.type is ParamType.FILE:
-                    default = default.format(model=model)
-                resolved[key] = default
-            continue
-        problem = check_value(table[key], pdef)
-        if problem:
-            raise SpecError(shown, f"{path}.{key}", f"expected {problem}")
-        resolved[key] = normalize(table[key], pdef)
-    for key, pdef in schema.items():
-        if pdef.when is not None and not resolved.get(pdef.when):
-            resolved.pop(key, None)
+        with mistakes.check():
+            value = _resolved(key, table, pdef, shown, path, model)
+            if value is not None:
+                resolved[key] = value
+    for key in unread(schema, resolved):
+        resolved.pop(key)
     for key, pdef in schema.items():
         if pdef.type is ParamType.FILE and key in resolved:
-            check_project_file(resolved[key], root, shown, f"{path}.{key}")
+            with mistakes.check():
+                check_project_file(resolved[key], root, shown, f"{path}.{key}")
+    mistakes.raise_any()
     return resolved
+
+
+def _resolved(key: str, table: dict[str, Any], pdef: ParamDef, shown: str, path: str,
+              model: str) -> Any:
+    """The key's value (normalized), its default, or None when it has neither."""
+    if key not in table:
+        if pdef.required:
+            raise SpecError(shown, f"{path}.{key}", f"required: {pdef.type.value}")
+        if pdef.default is not None and pdef.type is ParamType.FILE:
+            return pdef.default.format(model=model)
+        return pdef.default
+    problem = check_value(table[key], pdef)
+    if problem:
+        raise SpecError(shown, f"{path}.{key}", f"expected {problem}")
+    return normalize(table[key], pdef)
+
+
+def unread(schema: dict[str, ParamDef], resolved: dict[str, Any]) -> list[str]:
+    """The parameters no rule reads with these values: a `when` switch that is off, or an
+    `applies` condition that does not hold (nor does it when what it names is itself
+    unread). They leave the key, so changing one rebuilds nothing."""
+    dropped: list[str] = []
+    changed = True
+    while changed:
+        changed = False
+        for key, pdef in schema.items():
+            if key in resolved and key not in dropped and not _applies(pdef, resolved, dropped):
+                dropped.append(key)
+                changed = True
+    return dropped
+
+
+def _applies(pdef: ParamDef, resolved: dict[str, Any], dropped: list[str]) -> bool:
+    conditions = list(pdef.applies)
+    if pdef.when is not None:
+        conditions.append((pdef.when, (True,)))
+    return all(name not in dropped and resolved.get(name) in values
+               for name, values in conditions)
+
+
+def condition_text(pdef: ParamDef) -> str:
+    """`method = "static_qdq" or "dynamic_int8"`: what makes a rule read the parameter."""
+    conditions = list(pdef.applies)
+    if pdef.when is not None:
+        conditions.append((pdef.when, (True,)))
+    return " and ".join(f"{name} = " + " or ".join(shown_value(v) for v in values)
+                        for name, values in conditions)
+
+
+def shown_value(value: Any) -> str:
+    """A value as it is written in TOML (None: not set)."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 def check_project_file(value: str, root: Path, shown: str, key: str) -> None:

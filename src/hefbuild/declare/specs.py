@@ -14,9 +14,10 @@ from typing import Any
 
 from ..errors import SpecError
 from .declfile import COMMIT_RE, SHA256_RE, _only_keys, _table, read_toml
+from .mistakes import Mistakes
 from .names import NAME_MAX, fits_name_max, key_part, model_name_problem
 from .names import shown as shown_name
-from .params import ParamDef, check_params
+from .params import ParamDef, check_params, condition_text, shown_value
 from .params import ParamType as T
 from .resources import KEY as RESOURCES
 from .resources import merged, parse_resources
@@ -99,6 +100,8 @@ class ModelSpec:
     # Why this model is left out of groups and default runs (`doit`, `doit verify`); its
     # tasks run when named. Empty: an ordinary model.
     manual: str = ""
+    # One warning line per parameter the file sets that no rule reads (left out of the key).
+    unread: tuple[str, ...] = ()
 
 
 def load_model(path: Path, root: Path, toolchains: set[str],
@@ -116,34 +119,86 @@ def load_model(path: Path, root: Path, toolchains: set[str],
     if problem:
         raise SpecError(shown, "", problem)
     model = _table(doc, "model", shown, "model")
-    _only_keys(model, {"target", "toolchain", "description", "chat", "manual"}, shown, "model")
+    mistakes = Mistakes()  # every independent mistake of the file, reported together
+    with mistakes.check():
+        _only_keys(doc, {"model", "source", "stages", "variants"}, shown, "")
+    with mistakes.check():
+        _only_keys(model, {"target", "toolchain", "description", "chat", "manual"}, shown,
+                   "model")
     target = model.get("target")
     if target not in targets:
-        raise SpecError(shown, "model.target", "one of " + ", ".join(sorted(targets))
-                        + f", got {target!r}")
-    toolchain = _toolchain_name(model.get("toolchain", "host"), toolchains, shown,
-                                "model.toolchain")
-    pipeline = targets[target]
+        mistakes.found.append(SpecError(shown, "model.target", "one of "
+                                        + ", ".join(sorted(targets)) + f", got {target!r}"))
+    toolchain, chat, manual, source = "host", False, "", SourceSpec()
+    with mistakes.check():
+        toolchain = _toolchain_name(model.get("toolchain", "host"), toolchains, shown,
+                                    "model.toolchain")
+    with mistakes.check():
+        chat = _chat(model, shown)
+    with mistakes.check():
+        manual = _manual(model, shown)
+    pipeline = targets.get(target) if isinstance(target, str) else None
     # A target without a source stage reads no checkpoint: its models need no [source].
-    needs_source = pipeline.source_stage() is not None or "source" in doc
-    source = (_load_source(_table(doc, "source", shown, "source"), shown, root)
-              if needs_source else SourceSpec())
+    needs_source = "source" in doc or (pipeline is not None
+                                       and pipeline.source_stage() is not None)
+    with mistakes.check():
+        if needs_source:
+            source = _load_source(_table(doc, "source", shown, "source"), shown, root)
+    if pipeline is None:  # its stages cannot be read without the target that declares them
+        mistakes.raise_any()
+    given: dict[str, Any] = {}
+    with mistakes.check():
+        given = _table(doc, "stages", shown, "stages")
+    head = ModelSpec(path.stem, shown, target, pipeline, toolchain, source, {}, {},
+                     str(model.get("description", "")), manual=manual)
+    model_tc = toolchain if "toolchain" in model else None
+    base, unread = head, {}
+    with mistakes.check():
+        base, unread = _staged(head, given, "stages", model_tc, toolchains, root, chat)
+    variants, variant_unread = [], []
+    for v in _parsed_variants(doc, shown, mistakes):
+        with mistakes.check():
+            spec, v_unread = _staged(
+                replace(head, name=variant_name(head.name, v.name), variant_of=head.name),
+                merge_stages(given, v.stages), f"variants.{v.name}.stages", model_tc,
+                toolchains, root, chat)
+            variants.append(spec)
+            variant_unread.append((v, v_unread))
+    mistakes.raise_any()
+    for spec in (base, *variants):
+        _check_keeps(spec)
+    notes = unread_notes(unread, variant_unread)
+    return replace(base, variants=tuple(variants), unread=notes)
+
+
+def _parsed_variants(doc: dict[str, Any], shown: str, mistakes: Mistakes) -> list:
+    with mistakes.check():
+        return parse_variants(doc.get("variants", {}), shown)
+    return []
+
+
+def _chat(model: dict[str, Any], shown: str) -> bool:
     chat = model.get("chat", False)
     if not isinstance(chat, bool):
         raise SpecError(shown, "model.chat", f"true or false, got {chat!r}")
-    given = _table(doc, "stages", shown, "stages")
-    head = ModelSpec(path.stem, shown, target, pipeline, toolchain, source, {}, {},
-                     str(model.get("description", "")), manual=_manual(model, shown))
-    model_tc = toolchain if "toolchain" in model else None
-    base = _staged(head, given, "stages", model_tc, toolchains, root, chat)
-    variants = tuple(
-        _staged(replace(head, name=variant_name(head.name, v.name), variant_of=head.name),
-                merge_stages(given, v.stages), f"variants.{v.name}.stages", model_tc,
-                toolchains, root, chat)
-        for v in parse_variants(doc.get("variants", {}), shown))
-    for spec in (base, *variants):
-        _check_keeps(spec)
-    return replace(base, variants=variants)
+    return chat
+
+
+Unread = dict[tuple[str, str], str]  # (stage, key) -> the line that says so, from its prefix
+
+
+def unread_notes(base: Unread, variants: list[tuple[Any, Unread]]) -> tuple[str, ...]:
+    """One warning line per parameter written in the file that no rule reads: a base
+    `[stages]` key counts as read when any variant taking it reads it (a sweep's base may
+    set what only some variants' methods read)."""
+    notes = []
+    for (stage, key), line in base.items():
+        takers = [u for v, u in variants if key not in v.stages.get(stage, {})]
+        if all((stage, key) in u for u in takers):
+            notes.append(line)
+    for v, u in variants:
+        notes += [line for (stage, key), line in u.items() if key in v.stages.get(stage, {})]
+    return tuple(notes)
 
 
 def _manual(model: dict[str, Any], shown: str) -> str:
@@ -169,12 +224,13 @@ def _check_keeps(model: ModelSpec) -> None:
 
 
 def _staged(head: ModelSpec, table: dict[str, Any], prefix: str, model_tc: str | None,
-            toolchains: set[str], root: Path, chat: bool) -> ModelSpec:
-    """`head` with its stages resolved from `table`, which is at `prefix` in its file."""
-    stages, stage_tcs, limits = _load_stages(table, head.pipeline.stage_defs(), model_tc,
-                                             toolchains, head.file, root, head.name, chat,
-                                             prefix)
-    return replace(head, stages=stages, stage_toolchains=stage_tcs, stage_limits=limits)
+            toolchains: set[str], root: Path, chat: bool) -> tuple[ModelSpec, Unread]:
+    """`head` with its stages resolved from `table`, which is at `prefix` in its file, and
+    the parameters written there that no rule reads."""
+    stages, stage_tcs, limits, unread = _load_stages(
+        table, head.pipeline.stage_defs(), model_tc, toolchains, head.file, root, head.name,
+        chat, prefix)
+    return replace(head, stages=stages, stage_toolchains=stage_tcs, stage_limits=limits), unread
 
 
 def _toolchain_name(value: Any, known: set[str], shown: str, key: str) -> str:
@@ -258,23 +314,44 @@ def _load_stages(
     table: dict[str, Any], defs: dict[str, StageDef], model_tc: str | None,
     toolchains: set[str], shown: str, root: Path, model: str, chat: bool = False,
     prefix: str = "stages",
-) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, StageLimits]]:
-    """`prefix`: where the tables are in the file (a variant's are under `variants.<name>`)."""
-    _only_keys(table, defs, shown, prefix)
-    stages, stage_tcs, limits = {}, {}, {}
+) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, StageLimits], Unread]:
+    """`prefix`: where the tables are in the file (a variant's are under `variants.<name>`).
+    Every stage is checked, and all their mistakes are raised together."""
+    mistakes = Mistakes()
+    with mistakes.check():
+        _only_keys(table, defs, shown, prefix)
+    stages, stage_tcs, limits, unread = {}, {}, {}, {}
     for name, sdef in defs.items():
-        given = _table(table, name, shown, f"{prefix}.{name}")
-        if "chat" in sdef.params and "chat" not in given:
-            given = {**given, "chat": chat}  # [model] chat: every stage that formats prompts
-        given = {**{k: stages[p.inherit][k] for k, p in sdef.params.items()
-                    if p.inherit in stages and k in stages[p.inherit]}, **given}
-        schema = {**sdef.params, **COMMON_STAGE_KEYS}
-        resources = merged(sdef.resources, parse_resources(
-            given.pop(RESOURCES, {}), shown, f"{prefix}.{name}.resources"))
-        resolved = check_params(given, schema, shown, f"{prefix}.{name}", root, model)
-        tc = resolved.pop("toolchain") if "toolchain" in resolved else model_tc or sdef.toolchain
-        stage_tcs[name] = _toolchain_name(tc, toolchains, shown, f"{prefix}.{name}.toolchain")
-        limits[name] = StageLimits(resolved.pop("timeout", None), resolved.pop("memory", None),
-                                   resolved.pop("gpu", sdef.gpu), resources)
-        stages[name] = resolved
-    return stages, stage_tcs, limits
+        with mistakes.check():
+            written = _table(table, name, shown, f"{prefix}.{name}")
+            given = dict(written)
+            if "chat" in sdef.params and "chat" not in given:
+                given["chat"] = chat  # [model] chat: every stage that formats prompts
+            given = {**{k: stages[p.inherit][k] for k, p in sdef.params.items()
+                        if p.inherit in stages and k in stages[p.inherit]}, **given}
+            schema = {**sdef.params, **COMMON_STAGE_KEYS}
+            resources = merged(sdef.resources, parse_resources(
+                given.pop(RESOURCES, {}), shown, f"{prefix}.{name}.resources"))
+            resolved = check_params(given, schema, shown, f"{prefix}.{name}", root, model)
+            for key in written:
+                if key in sdef.params and key not in resolved:
+                    unread[(name, key)] = _unread_line(shown, f"{prefix}.{name}.{key}",
+                                                       sdef.params[key], resolved)
+            tc = resolved.pop("toolchain") if "toolchain" in resolved \
+                else model_tc or sdef.toolchain
+            stage_tcs[name] = _toolchain_name(tc, toolchains, shown,
+                                              f"{prefix}.{name}.toolchain")
+            limits[name] = StageLimits(resolved.pop("timeout", None),
+                                       resolved.pop("memory", None),
+                                       resolved.pop("gpu", sdef.gpu), resources)
+            stages[name] = resolved
+    mistakes.raise_any()
+    return stages, stage_tcs, limits, unread
+
+
+def _unread_line(shown: str, key: str, pdef: ParamDef, resolved: dict[str, Any]) -> str:
+    names = [n for n, _ in pdef.applies] + ([pdef.when] if pdef.when else [])
+    here = ", ".join(f"{n} = {shown_value(resolved.get(n))}" for n in names)
+    return (f"{shown}: {key} is not read: only {condition_text(pdef)} reads it (here "
+            f"{here}), so it is left out of the key and changing it rebuilds nothing")
+

@@ -49,7 +49,7 @@ LIMIT_KEYS = {
 TOOLCHAIN_KINDS = ("host", "docker", "ssh", "local", "venv")
 _DEVICE_KEYS = {"kind", "interpreter", "description", "host", "user", "port", "key_file",
                 "remote_dir", "host_key", "known_hosts"}
-_TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description"},
+_TOOLCHAIN_KEYS = {"host": {"kind", "interpreter", "description", "wheels_source"},
                    "ssh": _DEVICE_KEYS,
                    "local": _DEVICE_KEYS - {"host", "user", "port", "host_key", "known_hosts"},
                    "docker": {"kind", "interpreter", "description", "context", "tag", "image",

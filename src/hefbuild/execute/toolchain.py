@@ -135,9 +135,11 @@ class ToolchainResolver:
             have = installed.get(name)
             if wanted != "*" and (have is None or have.split("+")[0] != wanted):
                 found = "not installed" if have is None else f"{have} installed"
+                get = f"download it from {spec.wheels_source} and install it" \
+                    if spec.wheels_source else "install it"
                 raise ToolchainMismatch(
                     f"{spec.file}: packages.{name}: version {wanted} required, {found} in "
-                    f"{interpreter_path(spec)} (install it, or run the stage in another toolchain)")
+                    f"{interpreter_path(spec)} ({get}, or run the stage in another toolchain)")
 
     def _cached_or_probe(self, spec: ToolchainSpec) -> dict[str, Any]:
         python = interpreter_path(spec)

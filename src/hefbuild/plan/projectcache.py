@@ -25,12 +25,13 @@ from ..declare.project import Project, load_project
 from ..declare.targets import BUILTIN_TARGETS, TARGETS_DIR
 from .actions import plan_model
 
-FORMAT = 7  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
-# 7: a model says why it is manual
+FORMAT = 8  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
+# 7: a model says why it is manual; 8: and which of its parameters nothing reads
 # Relative to the package: every module that decides what loading yields.
 _LOADER_CODE = ("declare/specs.py", "declare/toolchains.py", "declare/params.py",
                 "declare/param_schema.py", "declare/targets.py", "declare/declfile.py",
                 "declare/project.py", "declare/variants.py", "declare/names.py",
+                "declare/mistakes.py",
                 "declare/resources.py", "declare/phases.py", "declare/settings.py",
                 "declare/bounds.py", "plan/actions.py", "plan/projectcache.py")
 
