@@ -69,7 +69,8 @@ def test_shared_stages_are_built_once_and_restored_for_the_other_variants(sweep)
     assert len(built) == len(SHARED) + 3 * len(PER_VARIANT)  # each key built once
     assert len({e["key"] for e in built}) == len(built)
     for task in run.tasks("restored"):  # the task line says so, not `built`
-        assert re.search(rf"^\[\s*\d+/\d+\]\s+restored\s+{re.escape(task)}\s", run.stdout, re.M), task
+        line = rf"^\[\s*\d+/\d+\]\s+restored\s+{re.escape(task)}\s"
+        assert re.search(line, run.stdout, re.M), task
 
 
 def test_shared_stages_hold_one_key_and_the_same_bytes(sweep):
