@@ -137,8 +137,9 @@ def summary_counts(text: str) -> dict[str, int]:
     lines = [line for line in text.splitlines() if line.startswith("hefbuild: ")]
     if not lines:
         return {}
-    return {what: int(n) for n, what in re.findall(r"(\d+) ([a-z][a-z ]*?)(?:,|$| \()",
-                                                   lines[-1][len("hefbuild: "):])}
+    counts = lines[-1][len("hefbuild: "):]
+    counts = re.sub(r" in [\d.]+ (?:ms|s|min|h)\b.*$", "", counts)  # the wall time
+    return {what: int(n) for n, what in re.findall(r"(\d+) ([a-z][a-z ]*?)(?:,|$| \()", counts)}
 
 
 def noop_note(done: subprocess.CompletedProcess, n_tasks: int) -> str:
