@@ -98,3 +98,10 @@ def test_a_broken_model_is_set_aside_with_all_its_mistakes(proj, tmp_path):
     lines = project.broken["m"].splitlines()
     assert lines[0] == "models/m.toml: 2 mistakes"
     assert lines[2] == "  models/m.toml: stages.quantize.samples: expected an integer >= 1"
+
+
+def test_an_unknown_section_is_named_with_the_other_mistakes(load):
+    with pytest.raises(SpecErrors) as err:
+        load(QUANTIZE + "block_size = 33\n\n[stagse.verify]\n")
+    assert [line.split(": ")[1] for line in str(err.value).splitlines()[1:]] == [
+        "stagse", "stages.quantize.block_size"]

@@ -111,7 +111,6 @@ def load_model(path: Path, root: Path, toolchains: set[str],
     shown = shown if shown.isprintable() else repr(shown)  # a newline in a file name
     targets = load_targets(root) if targets is None else targets
     doc = read_toml(path, shown)
-    _only_keys(doc, {"model", "source", "stages", "variants"}, shown, "")
     if VARIANT_SEP in path.stem:
         raise SpecError(shown, "", f"a model file name without {VARIANT_SEP!r} (it separates "
                         f"a model from its variant in task names)")
