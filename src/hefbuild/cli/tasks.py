@@ -158,7 +158,7 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
     (project.paths.state).mkdir(exist_ok=True)
     selected = models_named(sys.argv[1:], set(project.models) | set(project.broken),
                             set(project.toolchains))
-    _say_broken(project, selected)
+    _say_declaration_problems(project, selected)
     selected = _without_manual(project, selected)
     typo = unknown_task(sys.argv[1:], task_names(project))
     if typo is not None:
@@ -199,9 +199,10 @@ def task_names(project: Project) -> set[str]:
     return names | images | ({"image"} if images else set())
 
 
-def _say_broken(project: Project, selected: set[str] | None) -> None:
+def _say_declaration_problems(project: Project, selected: set[str] | None) -> None:
     """A bad model file named on the command line stops the run with its one line (nothing
-    is built or stored); any other one is one warning line, and its tasks are left out."""
+    is built or stored); any other one is one warning line, and its tasks are left out. Then
+    a warning line per parameter a model of the run sets that no rule reads."""
     named = sorted(m for m in project.broken if selected is not None and m in selected
                    or m in _variants_named(sys.argv[1:]))
     if named:

@@ -196,21 +196,20 @@ def unread(schema: dict[str, ParamDef], resolved: dict[str, Any]) -> list[str]:
     return dropped
 
 
+def conditions(pdef: ParamDef) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """What must hold for a rule to read the parameter: `when = "x"` is `x = true`."""
+    return pdef.applies + (((pdef.when, (True,)),) if pdef.when is not None else ())
+
+
 def _applies(pdef: ParamDef, resolved: dict[str, Any], dropped: list[str]) -> bool:
-    conditions = list(pdef.applies)
-    if pdef.when is not None:
-        conditions.append((pdef.when, (True,)))
     return all(name not in dropped and resolved.get(name) in values
-               for name, values in conditions)
+               for name, values in conditions(pdef))
 
 
 def condition_text(pdef: ParamDef) -> str:
     """`method = "static_qdq" or "dynamic_int8"`: what makes a rule read the parameter."""
-    conditions = list(pdef.applies)
-    if pdef.when is not None:
-        conditions.append((pdef.when, (True,)))
     return " and ".join(f"{name} = " + " or ".join(shown_value(v) for v in values)
-                        for name, values in conditions)
+                        for name, values in conditions(pdef))
 
 
 def shown_value(value: Any) -> str:

@@ -17,7 +17,7 @@ from .declfile import COMMIT_RE, SHA256_RE, _only_keys, _table, read_toml
 from .mistakes import Mistakes
 from .names import NAME_MAX, fits_name_max, key_part, model_name_problem
 from .names import shown as shown_name
-from .params import ParamDef, check_params, condition_text, shown_value
+from .params import ParamDef, check_params, condition_text, conditions, shown_value
 from .params import ParamType as T
 from .resources import KEY as RESOURCES
 from .resources import merged, parse_resources
@@ -349,8 +349,7 @@ def _load_stages(
 
 
 def _unread_line(shown: str, key: str, pdef: ParamDef, resolved: dict[str, Any]) -> str:
-    names = [n for n, _ in pdef.applies] + ([pdef.when] if pdef.when else [])
-    here = ", ".join(f"{n} = {shown_value(resolved.get(n))}" for n in names)
+    here = ", ".join(f"{n} = {shown_value(resolved.get(n))}" for n, _ in conditions(pdef))
     return (f"{shown}: {key} is not read: only {condition_text(pdef)} reads it (here "
             f"{here}), so it is left out of the key and changing it rebuilds nothing")
 
