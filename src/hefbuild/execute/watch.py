@@ -210,8 +210,8 @@ def _progress(elapsed: float, usual: float | None, builds: int) -> str:
 def _busy(cores: float) -> str:
     if cores < IDLE_CORES:
         return "idle"
-    busy = max(1, round(cores))  # a starved single-threaded stage is still one core busy
-    return f"{busy} core{'s' if busy != 1 else ''} busy"
+    # The figure, not a rounded count: "1 core busy" beside "0.4 cores" read as a contradiction.
+    return f"busy ({cores:.1f} cores since its last output)"
 
 
 def _duration(seconds: float) -> str:
