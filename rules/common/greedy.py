@@ -12,7 +12,9 @@ decoding, as in speculative decoding with the model as its own draft) accepts at
 token per forward and reaches exactly plain greedy's tokens, whatever the guess.
 
 With a right guess it costs one forward, and that forward's rows are the teacher-forced rows
-verify compares; so they come free with the first forward either way.
+verify compares; so they come free with the first forward either way. After a divergence the
+guess is mostly wrong, so later forwards carry at most WINDOW guessed tokens: each costs about
+what plain greedy's forward at that length costs, not a whole-sequence one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 AllLogits = Callable[[list[int]], Any]  # token ids -> logits [positions, vocab]
+WINDOW = 8  # guessed tokens per forward after the first
 
 
 @dataclass(frozen=True)
@@ -63,14 +66,16 @@ def guessed_greedy(
     ids: list[int] = []
     forwards, first = 0, None
     while len(ids) < n:
-        rest = guess[len(ids) :]
+        start = len(ids)
+        end = n if first is None else min(n, start + WINDOW)
+        rest = guess[start:end]
         logits = all_logits(prompt + ids + rest[:-1])
         forwards += 1
-        rows = logits[len(prompt) + len(ids) - 1 :]
+        rows = logits[len(prompt) + start - 1 :]
         if first is None:
             first = rows
         preds = [int(p) for p in np.argmax(rows, axis=-1)]
         taken = accept(rest, preds)
         ids += taken
-        guess = ids + preds[len(taken) :]
+        guess = ids + preds[len(taken) :] + guess[end:]
     return Greedy(ids=ids, forwards=forwards, first_logits=first)

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rules"))
 
-from common.greedy import accept, guessed_greedy  # noqa: E402
+from common.greedy import WINDOW, accept, guessed_greedy  # noqa: E402
 
 VOCAB = 7
 
@@ -24,6 +24,7 @@ class ToyModel:
 
     def __init__(self) -> None:
         self.forwards = 0
+        self.lengths: list[int] = []
 
     def row(self, prefix: list[int]) -> np.ndarray:
         seed = hash((tuple(prefix[-3:]), len(prefix))) & 0xFFFFFFFF
@@ -31,6 +32,7 @@ class ToyModel:
 
     def __call__(self, ids: list[int]) -> np.ndarray:
         self.forwards += 1
+        self.lengths.append(len(ids))
         return np.stack([self.row(ids[: j + 1]) for j in range(len(ids))])
 
 
@@ -78,6 +80,22 @@ def test_a_guess_right_up_to_a_divergence_costs_few_forwards():
     guess = right[:10] + [(t + 3) % VOCAB for t in right[10:]]
     found = guessed_greedy(ToyModel(), prompt, 16, guess)
     assert found.ids == right and found.forwards <= 7  # at least 11 accepted by the first
+
+
+def test_after_a_divergence_a_forward_is_not_a_whole_sequence_one():
+    prompt, n = [1, 6, 0], 24
+    right = plain_greedy(ToyModel(), prompt, n)
+    model = ToyModel()
+    found = guessed_greedy(model, prompt, n, [(t + 2) % VOCAB for t in right])
+    assert found.ids == right
+    assert model.lengths[0] == len(prompt) + n - 1  # the teacher-forced forward
+    later = model.lengths[1:]
+    assert later and len(later) <= n - 1 and max(later) <= model.lengths[0]
+    # Each later forward is plain greedy's forward at that point plus at most WINDOW - 1
+    # guessed tokens, and accepts at least one: the total stays within plain greedy's.
+    plain = sum(len(prompt) + i for i in range(1, n))
+    assert sum(later) <= plain + (WINDOW - 1) * len(later)
+    assert min(later) < model.lengths[0] - WINDOW  # not whole-sequence forwards
 
 
 def test_the_first_rows_are_the_teacher_forced_rows_along_the_guess():
