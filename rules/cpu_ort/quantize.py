@@ -2,9 +2,10 @@
 
 - weight_only_int8 / weight_only_int4 (default: weight_only_int8): ONNX Runtime's MatMulNBits
   contrib op, weights of every MatMul with a constant weight quantized in blocks of block_size
-  along K (symmetric or with zero points), activations stay float32. This is what keeps a real
-  pretrained checkpoint's top-1 (a 135M Llama: teacher-forced 0.97..1.0, logit cosine 0.9995 at
-  int8 block 32).
+  along K (symmetric or with zero points), activations stay float32; the token embedding's
+  Gather table in int8 with a scale per row (common.onnx_gather_int8), in both. This is what
+  keeps a real pretrained checkpoint's top-1 (a 135M Llama: teacher-forced 0.97..1.0, logit
+  cosine 0.9995 at int8 block 32).
 - dynamic_int8: `quantize_dynamic`, int8 weights per tensor and activations quantized at run time.
 - static_qdq: `quantize_static` in QDQ format with MinMax calibration (below), `exclude` regexes
   naming nodes left in float. Static activation ranges wreck a real checkpoint (top-1 ~0.4).
@@ -39,6 +40,7 @@ from typing import Any
 
 from common.action import Action, check_outputs, fail, load_action
 from common.onnx_file import inline_size, load_lazily, save_inline
+from common.onnx_gather_int8 import quantize_gathers
 from common.onnx_untie import untie_transposed_weights
 from common.ort_calibration import calibrate, read_samples, tokenize
 
@@ -50,6 +52,7 @@ ORT_INPUT = WORK_DIR / "float.onnx"  # its graph, initializers referring into SO
 ORT_OUTPUT = WORK_DIR / "ort.int8.onnx"  # ONNX Runtime's result, data in ORT_OUTPUT.data
 CALIBRATION_CACHE = WORK_DIR / "calibration.json"
 UNTIED = WORK_DIR / "untied.bin"  # transposed copies of tied weights (common.onnx_untie)
+GATHER_INT8 = WORK_DIR / "gather_int8.bin"  # int8 embedding rows (common.onnx_gather_int8)
 TARGET = WORK_DIR / "model.int8.onnx"
 QUANT_TYPES = ("QInt8", "QUInt8")
 METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
@@ -198,11 +201,13 @@ def quantize_weight_only(bits: int, block_size: int, symmetric: bool) -> Quantiz
     n = count_ops(result, "MatMulNBits")
     if n == 0:
         fail(f"quantize: weight_only_int{bits} found no MatMul with a constant weight")
+    tables = quantize_gathers(result, base_dir, GATHER_INT8)
     kind = "symmetric" if symmetric else "asymmetric"
-    print(f"weight-only int{bits}: {n} MatMulNBits nodes, block {block_size}, {kind}")
+    print(f"weight-only int{bits}: {n} MatMulNBits nodes, block {block_size}, {kind}; "
+          f"{tables} embedding table(s) int8 per row")
     return Quantized(result, base_dir, {
         "quantized_nodes": str(n), "bits": str(bits), "block_size": str(block_size),
-        "symmetric": str(symmetric).lower()})
+        "symmetric": str(symmetric).lower(), "embedding_int8_tables": str(tables)})
 
 
 def count_ops(model: Any, op_type: str) -> int:
