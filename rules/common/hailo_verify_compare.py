@@ -59,6 +59,10 @@ def compare_prompt(ref: dict[str, Any], gen: dict[str, Any], min_agreement: floa
         "near_tie": tie,
         "reference_degenerate": cmp["reference_degenerate"],
         "device_degenerate": cmp["candidate_degenerate"],
+        # Not measurable on the device (text, not logits): null, as the report says.
+        "teacher_forced_agreement": None,
+        "logit_cosine_mean": None,
+        "logit_cosine_min": None,
         "device_ids_exact": gen.get("token_ids_exact"),
         "device_stop": gen.get("stop"),
         "passed": passed,

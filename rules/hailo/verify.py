@@ -105,6 +105,10 @@ def generate(dev: Device, files: dict[str, str], params: dict[str, Any],
     return require_ok(outcome, "generation")
 
 
+NOT_MEASURED = ("teacher-forced agreement and logit cosine: the device API returns generated "
+                "text, not logits along the continuation")
+
+
 def read_params(raw: dict[str, Any]) -> dict[str, Any]:
     params = {
         "min_token_agreement": float(raw.get("min_token_agreement", 0.5)),
@@ -164,7 +168,10 @@ def run(action: Action, dev: Device, device: dict[str, Any], params: dict[str, A
         work: Path) -> str | None:
     """Every step; the one-line failure, or None when the device check passed."""
     export = action.input_dir("export")
-    report: dict[str, Any] = {"model": action.model, "target": action.target, **params}
+    # The same report shape as every target's check; what a device cannot measure is null.
+    report: dict[str, Any] = {"model": action.model, "target": action.target, **params,
+                              "gate": "free_running", "mean_teacher_forced_agreement": None,
+                              "mean_logit_cosine": None, "not_measured": NOT_MEASURED}
     try:
         remote_dir = str(device.get("remote_dir") or ".cache/hefbuild-device")
         dev.root = remote_dir if remote_dir.startswith("/") else \

@@ -1,14 +1,19 @@
-"""verify (openvino): OpenVINO GenAI greedy generation against float32 transformers.
+"""verify (openvino): the compiled IR against float32 transformers, the same check as every
+target's (`common.check`).
 
 Per prompt, the prompt ids come from transformers' tokenizer (`common.prompting`); GenAI's own
 tokenizer (openvino-tokenizers) must give the same ids for the same text, BOS included, else
 the prompt fails with that reason: a deployment sends GenAI text, so a tokenizer that differs
-is a wrong build. The same ids then go to both sides: the float32 model's greedy continuation
-of max_new_tokens tokens (the whole sequence re-run each step, argmax of the last position;
-EOS does not stop it) is the reference, and `openvino_genai.LLMPipeline` on compile's IR for
-the declared device, `do_sample = False`, `ignore_eos`, is the candidate. The gate is
-free-running token agreement (`common.compare`), with the first divergence and whether the
-candidate's output loops. Runs in the `openvino` venv toolchain.
+is a wrong build. The same ids then go to both sides. The reference is the float32 model's
+greedy continuation of max_new_tokens tokens (`common.torch_reference`: KV-cached, confirmed
+by one whole-sequence forward; EOS does not stop it). Along it:
+- teacher-forced (the gate by default): compile's IR run once by OpenVINO's runtime on the
+  declared device over prompt + reference tokens (its KV-cache state reset first), each
+  position's top-1 against the reference token and the two logit rows by cosine;
+- free-running: `openvino_genai.LLMPipeline` on the same IR, `do_sample = False`,
+  `ignore_eos`, as a deployment runs it; agreement, first divergence with the float32
+  margin there (near ties labelled), loops. The gate with `gate = "free_running"`.
+Runs in the `openvino` venv toolchain.
 """
 
 from __future__ import annotations
@@ -18,24 +23,55 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common.action import check_outputs, fail, load_action, round_sig, write_json
+from common.action import check_outputs, fail, load_action, write_json
+from common.check import (
+    fail_if_failed,
+    gate_report,
+    prompt_figures,
+    read_gates,
+    say_prompt,
+    summarize,
+)
 from common.checkpoint import load_checkpoint
-from common.compare import compare_generations, judge
 from common.determinism import pin_torch
 from common.prompting import PromptError, encode_prompt
+from common.torch_reference import TorchReference, reference_greedy
 
 SEED = 0
+MODEL_XML = "openvino_model.xml"
 
 
-def reference_greedy(model: Any, prompt_ids: Sequence[int], n: int) -> list[int]:
-    import torch
+class IRLogits:
+    """The IR's logits at every position of a sequence, from OpenVINO's runtime: the
+    stateful model (optimum-intel's export keeps the KV cache as state) run from a reset
+    state over the whole sequence at once."""
 
-    ids = list(prompt_ids)
-    with torch.no_grad():
-        for _ in range(n):
-            logits = model(input_ids=torch.tensor([ids], dtype=torch.long)).logits
-            ids.append(int(torch.argmax(logits[0, -1])))
-    return ids[len(prompt_ids):]
+    def __init__(self, ir: Path, device: str) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        model = core.read_model(ir / MODEL_XML)
+        self.inputs = {port.get_any_name() for port in model.inputs}
+        self.request = core.compile_model(model, device).create_infer_request()
+
+    def __call__(self, ids: list[int]) -> Any:
+        import numpy as np
+
+        x = np.asarray([ids], dtype=np.int64)
+        feeds = {"input_ids": x}
+        if "attention_mask" in self.inputs:
+            feeds["attention_mask"] = np.ones_like(x)
+        if "position_ids" in self.inputs:
+            feeds["position_ids"] = np.arange(len(ids), dtype=np.int64)[None, :]
+        if "beam_idx" in self.inputs:
+            feeds["beam_idx"] = np.zeros(1, dtype=np.int32)
+        self.request.reset_state()
+        self.request.infer(feeds)
+        logits = np.array(self.request.get_tensor("logits").data[0], dtype=np.float32)
+        if logits.shape[0] != len(ids):
+            fail(f"verify: {MODEL_XML} returned logits for {logits.shape[0]} positions of "
+                 f"{len(ids)}; the teacher-forced check needs every position's")
+        return logits
 
 
 class GenAI:
@@ -63,34 +99,31 @@ class GenAI:
         return [int(t) for t in self.pipe.generate(inputs, config).tokens[0]]
 
 
-def check_prompt(prompt: str, tok: Any, model: Any, genai: GenAI,
-                 params: dict[str, Any]) -> dict[str, Any]:
+def check_prompt(prompt: str, tok: Any, reference: TorchReference, genai: GenAI,
+                 ir_logits: IRLogits, params: dict[str, Any]) -> dict[str, Any]:
     try:
         sent = encode_prompt(tok, prompt, params["chat"])
     except PromptError as exc:
         fail(f"verify: {exc}")
     genai_ids = genai.encode(sent.text) if not params["chat"] else sent.ids
     n = params["max_new_tokens"]
-    ref_ids = reference_greedy(model, sent.ids, n)
+    ref = reference_greedy(reference, sent.ids, n)
     cand_ids = genai.greedy(sent.ids, n)
-    cmp = compare_generations(ref_ids, cand_ids)
-    passed, reason = judge(cmp, params["min_token_agreement"])
+    # Row i: the IR's logits for ref.ids[i] given the prompt and ref.ids[:i].
+    cand_rows = ir_logits(list(sent.ids) + ref.ids[:-1])[len(sent.ids) - 1:]
+    figures = prompt_figures(ref.ids, cand_ids, ref.first_logits, cand_rows, params)
     if genai_ids != sent.ids:
-        passed, reason = False, (f"GenAI's tokenizer gives ids {genai_ids}, transformers' "
-                                 f"{sent.ids}")
+        figures.update(passed=False, reason=f"GenAI's tokenizer gives ids {genai_ids}, "
+                       f"transformers' {sent.ids}")
     return {
         **sent.record(),
+        "prompt_tokens": len(sent.ids),
         "genai_prompt_ids": genai_ids,
-        "reference_ids": ref_ids,
+        "reference_ids": ref.ids,
         "candidate_ids": cand_ids,
-        "reference_text": tok.decode(ref_ids, skip_special_tokens=False),
+        "reference_text": tok.decode(ref.ids, skip_special_tokens=False),
         "candidate_text": tok.decode(cand_ids, skip_special_tokens=False),
-        "agreement": round_sig(cmp["agreement"]),
-        "first_divergence": cmp["first_divergence"],
-        "reference_degenerate": cmp["reference_degenerate"],
-        "candidate_degenerate": cmp["candidate_degenerate"],
-        "passed": passed,
-        "reason": reason,
+        **figures,
     }
 
 
@@ -98,16 +131,14 @@ def read_params(raw: dict[str, Any]) -> dict[str, Any]:
     params = {
         "prompts": [str(p) for p in raw.get("prompts") or []],
         "max_new_tokens": int(raw.get("max_new_tokens", 16)),
-        "min_token_agreement": float(raw.get("min_token_agreement", 0.5)),
         "device": str(raw.get("device", "CPU")),
         "chat": bool(raw.get("chat", False)),
+        **read_gates(raw),
     }
     if not params["prompts"]:
         fail("verify: params.prompts is empty; at least one prompt is needed")
     if params["max_new_tokens"] < 1:
         fail(f"verify: params.max_new_tokens {params['max_new_tokens']} must be >= 1")
-    if not 0.0 <= params["min_token_agreement"] <= 1.0:
-        fail(f"verify: params.min_token_agreement {params['min_token_agreement']} not in [0, 1]")
     return params
 
 
@@ -120,28 +151,19 @@ def compression_of(ir: Path) -> dict[str, Any]:
         return {}
 
 
-def summarize(results: list[dict[str, Any]], params: dict[str, Any]) -> None:
-    for r in results:
-        mark = "PASS" if r["passed"] else "FAIL"
-        print(f"[{mark}] free-running {r['agreement']:.3f} div@{r['first_divergence']} "
-              f"{r['prompt']!r}")
-        print(f"    ref : {r['reference_text']!r}")
-        print(f"    cand: {r['candidate_text']!r}")
-        print(f"    {r['reason']}")
-    passed = sum(r["passed"] for r in results)
-    print(f"{passed}/{len(results)} prompts passed (gate free_running, min_token_agreement "
-          f"{params['min_token_agreement']}, device {params['device']})")
-
-
 def main() -> None:
     action = load_action(sys.argv)
     params = read_params(action.params)
     pin_torch(SEED)
     tok, model = load_checkpoint(action.input_dir("fetch") / "checkpoint")
+    reference = TorchReference(model)
     ir = action.input_dir("compile") / "ir"
     genai = GenAI(ir, params["device"])
-    results = [check_prompt(p, tok, model, genai, params) for p in params["prompts"]]
-    overall = all(r["passed"] for r in results)
+    ir_logits = IRLogits(ir, params["device"])
+    results = []
+    for prompt in params["prompts"]:
+        results.append(check_prompt(prompt, tok, reference, genai, ir_logits, params))
+        say_prompt(results[-1])
     compression = compression_of(ir)
     report = {
         "model": action.model,
@@ -150,19 +172,14 @@ def main() -> None:
         "openvino_device": params["device"],
         "method": compression.get("mode"),
         "compression": compression,
-        "gate": "free_running",
         "chat": params["chat"],
         "max_new_tokens": params["max_new_tokens"],
-        "min_token_agreement": params["min_token_agreement"],
-        "mean_agreement": round_sig(sum(r["agreement"] for r in results) / len(results)),
-        "passed": overall,
+        **gate_report(results, read_gates(action.params)),
         "prompts": results,
     }
     write_json(action.out / "report.json", report)
-    summarize(results, params)
-    if not overall:
-        bad = min((r for r in results if not r["passed"]), key=lambda r: r["agreement"])
-        fail(f"verify gate failed: prompt {bad['prompt']!r}: {bad['reason']}")
+    summarize(results, params, f", device {report['openvino_device']}")
+    fail_if_failed(results, params)
     check_outputs(action)
 
 

@@ -111,7 +111,8 @@ def test_a_target_declared_in_the_project_builds_then_is_up_to_date(toy: Project
     assert first.returncode == 0, first.stdout + first.stderr
     assert first.outcomes() == {"make:toy-model": "built", "check:toy-model": "built"}
     assert (toy.root / "build/toy-model/make/thing.txt").read_text() == "toy toy\n"
-    verdict = "check:toy-model: passed, mean token agreement 1.00 over 1 prompts (minimum 0.5)"
+    verdict = "check:toy-model: passed, mean token agreement 1.00 over 1 prompts (minimum 0.5 per "
+    verdict += "prompt)"
     assert verdict in first.stdout
     table = first.stdout[first.stdout.index("checks:"):]
     assert "passed" in table and "check:toy-model" in table and "1 passed" in table

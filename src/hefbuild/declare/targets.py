@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import SpecError
 from .declfile import _only_keys, _table, names, one_of, read_toml, string, table_list
+from .param_groups import group_tables
 from .param_schema import parse_params
 from .params import ParamDef
 from .params import ParamType as T
@@ -58,7 +59,8 @@ _TOP_KEYS = {"target", "stages", "keep", "watch"}
 _TARGET_KEYS = {"description", "artifact", "check", "default_checks", "test_double", "device"}
 _ARTIFACT_KEYS = {"alias", "stage", "file", "group_doc"}
 _STAGE_KEYS = {"name", "rule", "inputs", "after", "outputs", "toolchain", "gpu", "source",
-               "group_doc", "report", "report_title", "params", "code", RESOURCES}
+               "group_doc", "report", "report_title", "params", "param_groups", "code",
+               RESOURCES}
 _KEEP_KEYS = {"name", "stage", "output", "dest", "group_doc"}
 
 
@@ -234,7 +236,11 @@ def _stage(table: dict[str, Any], where: str, earlier: list[str], shown: str,
     for key, flag in flags.items():
         if not isinstance(flag, bool):
             raise SpecError(shown, f"{where}.{key}", f"true or false, got {flag!r}")
-    params = parse_params(table.get("params", {}), f"stages.{name}.params", shown,
+    own = table.get("params", {})
+    if not isinstance(own, dict):
+        raise SpecError(shown, f"{where}.params", f"a table of parameters, got {own!r}"[:120])
+    grouped = group_tables(table, where, shown, BUILTIN_TARGETS, root, set(COMMON_STAGE_KEYS))
+    params = parse_params({**grouped, **own}, f"stages.{name}.params", shown,
                           COMMON_STAGE_KEYS)
     return StageDef(name, rule, inputs, outputs, params,
                     string(table, "toolchain", shown, where, "host"), flags["gpu"],
