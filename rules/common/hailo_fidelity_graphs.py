@@ -82,8 +82,9 @@ def _no_fusion() -> Any:
 
 
 def build_qdq(action: Action, feeder: Feeder, plan: Plan, graph: Any, model: Any,
-              ) -> tuple[Path, dict[str, Any]]:
-    """The QDQ file (the feeder's input quantizers set), and the calibration's account."""
+              name: str = "model") -> tuple[Path, dict[str, Any]]:
+    """The QDQ file `<name>.qdq.onnx` (the feeder's input quantizers set), and the
+    calibration's account."""
     from common import qdq_emulation as qe
 
     rows = calibration_rows(action, feeder.config)
@@ -91,7 +92,7 @@ def build_qdq(action: Action, feeder: Feeder, plan: Plan, graph: Any, model: Any
     acts, weights = qe.tensor_bits(graph, plan.nodes, plan.input_bits)
     ranks = {i.name: len(i.dims) for i in model.graph.initializer}
     WORK.mkdir(parents=True, exist_ok=True)
-    source, target = WORK / "model.onnx", WORK / "model.qdq.onnx"
+    source, target = WORK / "model.onnx", WORK / f"{name}.qdq.onnx"
     shutil.copyfile(action.input_dir("export") / "model.onnx", source)
     qe.quantize(source, target, qe.FeedReader(rows, feeder.quantized),
                 qe.overrides(acts, weights, ranks))

@@ -21,6 +21,7 @@ class Plan:
     nodes: dict[str, Precision]  # ONNX node -> its layer's precision (absent: DEFAULT)
     input_bits: dict[str, int]  # graph input -> its input layer's activation bits
     account: dict[str, Any] = field(default_factory=dict)
+    mapping: dict[str, list[str]] = field(default_factory=dict)  # DFC layer -> ONNX names
 
 
 def plan_precisions(script: str, hn: dict[str, Any] | None, config: dict[str, Any],
@@ -30,7 +31,7 @@ def plan_precisions(script: str, hn: dict[str, Any] | None, config: dict[str, An
     layers = base_layers(hn, scope) if hn is not None else {}
     resolved = resolve(lines, layers, scope)
     mapping, how = onnx_names(layers, graph.constant, graph.inputs)
-    plan = Plan({}, dict.fromkeys(graph.inputs, DEFAULT.activation_bits))
+    plan = Plan({}, dict.fromkeys(graph.inputs, DEFAULT.activation_bits), mapping=mapping)
     unmapped, output_only = apply(plan, resolved.layers, mapping, graph)
     plan.account = {
         "default": DEFAULT.name,

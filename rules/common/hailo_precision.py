@@ -149,3 +149,8 @@ def onnx_names(layers: dict[str, dict[str, Any]], constant_matmuls: list[str],
 
 def _natural(name: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def natural_order(names: Iterable[str]) -> list[str]:
+    """conv3 before conv12, as the DFC numbers its layers."""
+    return sorted(names, key=_natural)

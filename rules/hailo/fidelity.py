@@ -26,6 +26,14 @@ optimize and before the hours of compile. It is an emulation on ONNX Runtime, NO
    divergence with the float32 top-1/top-2 margin there, degenerate output
    (`common.hailo_fidelity_compare`, with the gate below).
 
+4. What to change (`common.hailo_fidelity_sensitivity`, `common.hailo_fidelity_proposal`):
+   a table of what each layer group's weight precision alone costs (logit cosine and top-1
+   against the float32 graph on the first `sensitivity_rows` calibration rows, costliest
+   first), and, when the emulated recipe misses the gate (`min_teacher_forced` when set,
+   else `proposal_target`, on the worst prompt; and `min_prefill_cosine`), the smallest
+   promotion of the costliest groups that reaches it in `proposal_trials` full emulations:
+   `quantization_param` lines to paste into the model's recipe, tried as they would be read.
+
 Not emulated (so the figures are an estimate, optimistic where the chip does more in fixed
 point): norms, softmax, SiLU, residual adds and the mask run in float32; the DFC's own
 calibration statistics, bias correction and equalization; its accumulator widths and
@@ -51,7 +59,9 @@ from common.action import Action, check_outputs, fail, load_action
 from common.dfc import load_run_config
 from common.hailo_fidelity_compare import Gate, evaluate, gate_failure, read_gate, summary
 from common.hailo_fidelity_graphs import Feeder, Graphs, build_qdq
-from common.hailo_fidelity_plan import plan_precisions, read_hn
+from common.hailo_fidelity_plan import Plan, plan_precisions, read_hn
+from common.hailo_fidelity_proposal import propose
+from common.hailo_fidelity_sensitivity import Group, Sensitivity, layer_groups, table
 
 KIND = "cpu-emulation"
 NOTE = ("ONNX Runtime QDQ emulation of the recipe's precisions on the CPU; not the Hailo-10H's "
@@ -68,6 +78,9 @@ NOT_EMULATED = (
     "on-device cos/sin",
     "the prefill / token-by-token split and the KV cache's precision",
 )
+SENSITIVITY = ("per layer group, only its MatMul weights at the recipe's bits (symmetric per "
+               "output channel), activations float32: logit cosine and top-1 against the "
+               "float32 graph on the first calibration rows")
 CALIBSET = re.compile(r"\bcalibset_size\s*=\s*(\d+)")
 
 
@@ -106,6 +119,81 @@ def show(rows: list[dict[str, Any]]) -> None:
               f"{', degenerate' if fr['degenerate'] else ''})")
 
 
+def sensitivity_of(action: Action, feeder: Feeder, plan: Plan, graph: Any, model: Any,
+                   outputs: list[str]) -> tuple[list[Group], list[dict[str, Any]]]:
+    """The layer groups and their cost table ([] when sensitivity_rows is 0)."""
+    from common.hailo_calibration import calibration_rows
+    from onnx import numpy_helper
+
+    rows = int(action.params.get("sensitivity_rows", 4))
+    groups = layer_groups(feeder.config.get("layer_names") or {}, set(graph.constant))
+    if rows <= 0 or not groups:
+        return groups, []
+    inits = {i.name: i for i in model.graph.initializer}
+    feeds = [feeder.feeds(r) for r in calibration_rows(action, feeder.config)[:rows]]
+    sens = Sensitivity(action.input_dir("export") / "model.onnx",
+                       {n: graph.weights[n][0] for n in graph.constant},
+                       lambda name: numpy_helper.to_array(inits[name]), feeds, outputs)
+    return groups, table(sens, groups, plan.nodes)
+
+
+def proposal_of(action: Action, gate: Gate, current: dict[str, Any], groups: list[Group],
+                costs: list[dict[str, Any]], plan: Plan, emulate: Any) -> dict[str, Any]:
+    target = gate.min_teacher_forced if gate.min_teacher_forced > 0.0 else \
+        float(action.params.get("proposal_target", 0.9))
+
+    def reached(s: dict[str, Any]) -> bool:
+        return bool(s.get("prompts_evaluated")) and s["worst_teacher_forced"] >= target \
+            and s["worst_prefill_cosine"] >= gate.min_prefill_cosine
+
+    head = {"target_worst_teacher_forced": target,
+            "target_worst_prefill_cosine": gate.min_prefill_cosine}
+    if reached(current):
+        return {**head, "needed": False}
+    by_name = {g.name: g for g in groups}
+    ranked = [by_name[c["group"]] for c in costs]
+    trials = int(action.params.get("proposal_trials", 3))
+    return {**head, "needed": True, **propose(ranked, plan.nodes, plan.mapping, emulate.script,
+                                              emulate, reached, trials)}
+
+
+class Emulation:
+    """The full emulation of a recipe script: its plan, QDQ graph and summary."""
+
+    def __init__(self, action: Action, feeder: Feeder, graph: Any, model: Any, hn: Any,
+                 reference: dict[str, Any], script: str) -> None:
+        self.action, self.feeder, self.graph, self.model, self.hn = (
+            action, feeder, graph, model, hn)
+        self.reference, self.script = reference, script
+
+    def __call__(self, script: str) -> dict[str, Any]:
+        plan = plan_precisions(script, self.hn, self.feeder.config, self.graph)
+        qdq, _ = build_qdq(self.action, self.feeder, plan, self.graph, self.model, "trial")
+        graphs = Graphs(self.feeder, self.action.input_dir("export") / "model.onnx", qdq)
+        eos = self.reference.get("eos_token_id")
+        return summary([evaluate(graphs, r, eos) for r in self.reference["prompts"]])
+
+
+def show_analysis(costs: list[dict[str, Any]], proposal: dict[str, Any]) -> None:
+    if costs:
+        print("weight sensitivity (CPU emulation, not the chip), costliest first:")
+        for c in costs[:8]:
+            print(f"  {c['group']:<10} {c['weights']:<6} logit cosine {c['logit_cosine']:.6f} "
+                  f"top-1 {c['top1_agreement']:.3f}")
+    if not proposal.get("needed"):
+        print("proposal: none needed (the emulated recipe meets the target)")
+        return
+    best = proposal.get("proposed")
+    if best is None:
+        print("proposal: no layer group could be promoted")
+        return
+    verdict = "reaches" if proposal["reached"] else "does NOT reach"
+    print(f"proposal ({verdict} the target in emulation: worst teacher-forced "
+          f"{best['summary'].get('worst_teacher_forced')}), append to the recipe:")
+    for line in best["lines"]:
+        print(f"  {line}")
+
+
 def main() -> None:
     action = load_action(sys.argv)
     gate = read_gate(action.params)
@@ -121,13 +209,18 @@ def main() -> None:
     matches = check_calibration(script, action, gate)
     model = onnx.load(str(export / "model.onnx"))
     graph = matmuls(model)
-    plan = plan_precisions(script, read_hn(optimize / "quantized.har"), config, graph)
+    hn = read_hn(optimize / "quantized.har")
+    plan = plan_precisions(script, hn, config, graph)
     with np.load(export / "hf_reference.npz") as ref:
         table = np.asarray(ref["embedding_table"], dtype=np.float32)
     feeder = Feeder(config, table)
     qdq, calibration = build_qdq(action, feeder, plan, graph, model)
     graphs = Graphs(feeder, export / "model.onnx", qdq)
     rows = [evaluate(graphs, r, reference.get("eos_token_id")) for r in reference["prompts"]]
+    quantized = qdq_counts(qdq)
+    groups, costs = sensitivity_of(action, feeder, plan, graph, model, graphs.outputs)
+    emulate = Emulation(action, feeder, graph, model, hn, reference, script)
+    proposal = proposal_of(action, gate, summary(rows), groups, costs, plan, emulate)
     report = {
         "kind": KIND,
         "note": NOTE,
@@ -135,13 +228,17 @@ def main() -> None:
         "not_emulated": list(NOT_EMULATED),
         "onnxruntime": onnxruntime.__version__,
         "precisions": plan.account,
-        "quantized": qdq_counts(qdq),
+        "quantized": quantized,
         "calibration": {**calibration, "matches_model_script": matches},
         "summary": summary(rows),
+        "sensitivity": {"rows": int(action.params.get("sensitivity_rows", 4)),
+                        "measures": SENSITIVITY, "groups": costs},
+        "proposal": proposal,
         "prompts": rows,
     }
     text = write_report(action.out / "fidelity.json", report)
     show(rows)
+    show_analysis(costs, proposal)
     failure = gate_failure(rows, gate)
     if failure is not None:
         print("---- fidelity.json (the report of this failed run) ----\n" + text, end="")

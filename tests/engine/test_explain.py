@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from hefbuild.report.explain import explain_task
+import json
+
+from hefbuild.report.explain import _emulation, explain_task
 
 from .helpers import MODEL, edit, model_toml
 
@@ -56,3 +58,22 @@ def test_explaining_writes_nothing(built, make_engine, root):
     edit(model_toml(root), "max_new_tokens = 16", "max_new_tokens = 24")
     explain_task(make_engine(), VERIFY)
     assert (root / "build" / "events.jsonl").read_bytes() == events
+
+
+def test_an_emulations_report_says_it_is_one_and_what_it_proposes(built, root):
+    """What `doit explain` adds for a stage whose report is a CPU emulation (fidelity's)."""
+    report = {"kind": "cpu-emulation", "note": "not the Hailo-10H's numerics",
+              "not_emulated": ["accumulator widths"],
+              "proposal": {"needed": True, "reached": True, "proposed": {
+                  "lines": ["quantization_param([model/conv3], precision_mode=a8_w8)"]}}}
+    out = root / "build" / MODEL / "verify" / "report.json"
+    assert _emulation(built, VERIFY) == []  # a comparison's report: nothing added
+    out.chmod(0o644)
+    out.write_text(json.dumps(report))
+    assert _emulation(built, VERIFY) == [
+        f"  build/{MODEL}/verify/report.json is an estimate, not the chip: not the Hailo-10H's "
+        "numerics",
+        "  not modelled: accumulator widths",
+        "  proposed recipe change (reaches the target in emulation), to append to the "
+        "model's recipe:",
+        "    quantization_param([model/conv3], precision_mode=a8_w8)"]

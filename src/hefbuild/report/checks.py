@@ -124,8 +124,30 @@ def _estimate_summary(r: dict[str, Any], _: Answerer) -> Summary:
         ("mean logit cosine", _fmt(s.get("mean_logit_cosine"), 4)),
         ("worst prefill cosine", _fmt(s.get("worst_prefill_cosine"), 4)),
         ("mean free-running agreement", _fmt(s.get("mean_free_running"))),
+        ("costliest weights (alone)", _costliest(r)),
+        ("proposed recipe change", _proposal(r)),
     )
     return figures, None, (number(s.get("mean_free_running")), number(s.get("mean_teacher_forced")))
+
+
+def _costliest(r: dict[str, Any]) -> str:
+    groups = (r.get("sensitivity") or {}).get("groups") or []
+    return ", ".join(f"{g.get('group')} {g.get('weights')} (logit cosine "
+                     f"{_fmt(g.get('logit_cosine'), 4)})" for g in groups[:3]) or "–"
+
+
+def _proposal(r: dict[str, Any]) -> str:
+    """The lines to paste, and whether they reach the target in emulation."""
+    proposal = r.get("proposal") or {}
+    if not proposal:
+        return "–"
+    if not proposal.get("needed"):
+        return "none needed (the emulated recipe meets the target)"
+    best = proposal.get("proposed") or {}
+    if not best.get("lines"):
+        return "none found"
+    reach = "reaches" if proposal.get("reached") else "does NOT reach"
+    return f"{reach} the target in emulation: " + "; ".join(best["lines"])
 
 
 def _comparison_prompt(r: dict[str, Any]) -> PromptFigures:

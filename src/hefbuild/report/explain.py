@@ -18,6 +18,7 @@ from ..engine.engine import MANIFEST, Engine
 from ..errors import HefbuildError
 from ..plan.key import diff_descriptions
 from ..store.events import Outcome, read_events, read_json
+from .checks import EMULATION
 
 # What a build would do to a task: leave it, restore it, build it, or decide after upstream.
 UPTODATE, RESTORE, BUILD, NEVER, AFTER, REFUSED, FAILED = (
@@ -87,7 +88,7 @@ def explain_task(engine: Engine, task: str) -> list[str]:
     if status.kind == REFUSED:
         return [f"{task}: would fail: {status.reason}"]
     if status.kind == UPTODATE:
-        return [f"{task}: up to date (key {status.key[:12]})"]
+        return [f"{task}: up to date (key {status.key[:12]})"] + _emulation(engine, task)
     lines = [f"{task}: {_WOULD[status.kind]} ({status.decided})"]
     lines += _last_failure(engine, task)
     if status.kind == FAILED:
@@ -151,6 +152,29 @@ def _first_stale_upstream(engine: Engine, task: str) -> tuple[str, str] | None:
         if decision.outcome is not Outcome.UPTODATE:
             return up_task, decision.reason.split(";")[0]
     return None
+
+
+def _emulation(engine: Engine, task: str) -> list[str]:
+    """A stage whose report is an emulation says so, what it leaves out, and the recipe
+    change it proposes: a person reads this before spending the hours of a compile."""
+    action = engine.actions[task]
+    folder = engine.paths.root / "build" / action.model / action.stage
+    for name in action.outputs:
+        report = read_json(folder / name) if name.endswith(".json") else None
+        if not report or report.get("kind") != EMULATION:
+            continue
+        lines = [f"  build/{action.model}/{action.stage}/{name} is an estimate, not the chip: "
+                 f"{report.get('note', '')}"]
+        lines += [f"  not modelled: {item}" for item in report.get("not_emulated") or []]
+        proposal = report.get("proposal") or {}
+        best = proposal.get("proposed") or {}
+        if proposal.get("needed") and best.get("lines"):
+            reach = "reaches" if proposal.get("reached") else "does NOT reach"
+            lines.append(f"  proposed recipe change ({reach} the target in emulation), to "
+                         f"append to the model's recipe:")
+            lines += [f"    {line}" for line in best["lines"]]
+        return lines
+    return []
 
 
 def _last_failure(engine: Engine, task: str) -> list[str]:
