@@ -25,6 +25,7 @@ from ..report.table import blocked_line, labelled, members, progress, rows, tabl
 from ..store.events import EventLog, rotate
 from ..store.projectlock import ProjectLock
 from ..store.upload_queue import UploadQueue
+from .preflight import preflight
 from .session import actions_at, engine_for, fast_path_at, processes, project_at
 
 
@@ -88,11 +89,24 @@ class HefbuildReporter(ConsoleReporter):
         self._blocked: set[str] = set()
         self._selected = list(selected_tasks or [])
         self._known = list(tasks)
+        self._stage_total = self._refuse_missing_toolchains(tasks)
         self._deps = {name: list(t.task_dep) for name, t in tasks.items()}
-        self._stage_total = len(_stages_reached(tasks, self._selected))
         self._shown = 0  # stage lines written so far: the `[3/12]` count
         self._ran: set[str] = set()  # stages whose result in build/ changed in this run
         super().initialize(tasks, selected_tasks)
+
+    def _refuse_missing_toolchains(self, tasks: dict) -> int:
+        """Before doit starts any task: the stages a missing toolchain blocks are refused at
+        once (cli/preflight.py), with one error listing each missing piece and its fix.
+        Returns how many stage lines the run will show (the `[3/12]` total)."""
+        stages = _stages_reached(tasks, self._selected)
+        refused = preflight(self.root, tasks, stages, sys.argv[1:])
+        if refused is None:
+            return len(stages)
+        self._refused_roots = set(refused.blocked.roots)
+        self.write(f"ERROR: {refused.message}\n")
+        # What only the refused stages needed is reached no more; after them, no line each.
+        return len(_stages_reached(tasks, self._selected) - refused.blocked.downstream)
 
     def _checks(self) -> Checks:
         """The checks and artifact aliases of the project's targets (loaded once per run)."""
@@ -165,6 +179,11 @@ class HefbuildReporter(ConsoleReporter):
             self._blocked.add(task.name)  # said once, at the end (`_blocked_line`)
             return
         self._failed[task.name] = getattr(fail, "message", "") or str(fail)
+        if task.name in getattr(self, "_refused_roots", ()):
+            # Its reason is in the run's one ERROR, said up front: here only its own line.
+            why = self._failed[task.name].removeprefix(f"{task.name}: ")
+            self.write(labelled("failed", f"{task.name} — {why}", self._count()) + "\n")
+            return
         if isinstance(fail, TaskFailed) and not fail.traceback:
             count = self._count() if _is_stage(task) else ""
             self.write(labelled("failed", task.name, count) + "\n")

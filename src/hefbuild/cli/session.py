@@ -54,6 +54,16 @@ def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `
     return engine
 
 
+def forced(task: str, argv: list[str]) -> bool:
+    """`doit -a TASK` rebuilds TASK itself, as in doit; its dependencies are still
+    restored or left as they are (re-running a 4-hour compile to re-check a device
+    is never what `-a verify:x` means)."""
+    if not {"-a", "--always-execute"} & set(argv):
+        return False
+    named = {a for a in argv if not a.startswith("-")}
+    return task in named or task.split(":")[0] in named
+
+
 def verbosity(argv: list[str]) -> int:
     """doit's `-v N` / `--verbosity N` / `-vN` (0 when absent)."""
     return int_option(argv, "-v", "--verbosity")

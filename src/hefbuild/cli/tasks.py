@@ -23,12 +23,16 @@ from ..errors import HefbuildError
 from ..plan.actions import Action, artifact_task, task_name
 from .hooks import DigestChecker, HefbuildReporter
 from .selection import left_out, models_named, unknown_task
-from .session import actions_at, engine_for, fast_path_at, only_models, project_at
+from .session import actions_at, engine_for, fast_path_at, forced, only_models, project_at
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
 
 
-def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:
+def run_task(root: str, task: str, refused: str = "") -> dict[str, Any] | TaskFailed:
+    """One stage, through the engine; `refused` is the preflight's reason it cannot start
+    (cli/preflight.py sets it: the stage fails at once, before the engine is loaded)."""
+    if refused:
+        return TaskFailed(f"{task}: not started: {refused}")
     if _interrupted:
         return TaskFailed(f"{task}: not started, the run was interrupted at {_interrupted[0]}")
     try:
@@ -39,16 +43,6 @@ def run_task(root: str, task: str) -> dict[str, Any] | TaskFailed:
         _interrupted.append(task)
         return TaskFailed(f"{task}: interrupted (Ctrl-C); the stage was stopped and nothing "
                           f"of it was recorded")
-
-
-def forced(task: str, argv: list[str]) -> bool:
-    """`doit -a TASK` rebuilds TASK itself, as in doit; its dependencies are still
-    restored or left as they are (re-running a 4-hour compile to re-check a device
-    is never what `-a verify:x` means)."""
-    if not {"-a", "--always-execute"} & set(argv):
-        return False
-    named = {a for a in argv if not a.startswith("-")}
-    return task in named or task.split(":")[0] in named
 
 
 def check_uptodate(root: str, task: str) -> bool:

@@ -19,7 +19,9 @@ from ..engine.verdicts import check_verdict
 from .summary import human_bytes, human_seconds
 
 _LABEL_WIDTH = 10
-_RULE_PREFIX = re.compile(r"^\S+: rules/\S+ failed \(exit \d+\): ")
+# What the table's row already says: the task, and the rule that failed or the preflight
+# that kept it from starting (cli/preflight.py).
+_RULE_PREFIX = re.compile(r"^\S+: (rules/\S+ failed \(exit \d+\)|not started): ")
 _LOG_SUFFIX = re.compile(r"; log: build/\S+$")
 
 
