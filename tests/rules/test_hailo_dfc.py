@@ -645,3 +645,45 @@ def test_real_dfc_chain(tmp_path: Path) -> None:
     assert not (chain.out("compile") / "model.hef").read_bytes().startswith(b"FAKE-HEF")
     lines = rendered(chain.out("compile") / "compile_script.alls")
     assert len(conversion_lines(lines)) > 0
+
+
+# -- the double writes only small files -----------------------------------------------------
+
+def test_a_model_over_the_doubles_limit_leaves_only_small_files(tmp_path: Path,
+                                                                chain: Chain) -> None:
+    """Above FAKE_DFC_MAX_WEIGHT_BYTES (64 MiB by default; 1 here) the DFC double keeps
+    neither kernels nor graph: every HAR and the HEF stay small, say FAKE and say why, and
+    the hailo_platform double refuses to run such a HEF rather than answer for it."""
+    env = {"FAKE_DFC_MAX_WEIGHT_BYTES": "1"}
+    small = Chain(tmp_path, make_export(tmp_path, layers=4), {})
+    for stage in ("parse", "resources"):
+        small.runs[stage] = ok(run_rule(tmp_path, stage, small.inputs(stage), env=env))
+    small.runs["optimize"] = ok(run_rule(
+        tmp_path, "optimize", small.inputs("optimize"), OPTIMIZE_PARAMS,
+        {"recipe": RECIPES / "optimize.alls", "calibration": tmp_path / "calibration.txt"},
+        env=env))
+    small.runs["compile"] = ok(run_rule(
+        tmp_path, "compile", small.inputs("compile"), COMPILE_PARAMS,
+        {"compile_script": RECIPES / "compile.alls"}, env=env))
+    outputs = {"parse": "parsed.har", "resources": "resources.har",
+               "optimize": "quantized.har", "compile": "model.hef"}
+    for stage, name in outputs.items():
+        full, kept = chain.out(stage) / name, small.out(stage) / name
+        assert kept.stat().st_size < full.stat().st_size / 4, (stage, kept.stat().st_size)
+    members = har_members(small.out("parse") / "parsed.har")
+    assert f"{SCOPE}.fake_model.onnx" not in members and "FAKE_DFC_README.txt" in members
+    assert "weights of this model are not kept" in json.loads(members["fake_dfc.json"])[
+        "weights_not_kept"]
+    assert "get_params() failed (FAKE DFC: the weights of this model are not kept" in \
+        small.runs["optimize"].stdout
+    hef = (small.out("compile") / "model.hef").read_bytes()
+    assert hef.startswith(b"FAKE-HEF\n")
+    body = json.loads(hef.split(b"\n", 1)[1])
+    assert "model.onnx" not in body["files"] and body["weights_not_kept"]
+    # In a child: the doubles must not be importable from the test process itself.
+    device = subprocess.run(
+        [sys.executable, "-c", "import json, sys\nfrom hailo_platform._fake import Model\n"
+         "Model(json.load(sys.stdin))"], input=json.dumps(body), capture_output=True,
+        text=True, env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(FAKES)})
+    assert device.returncode != 0
+    assert "ValueError: FAKE-HEF holds no model to run: FAKE DFC: the weights" in device.stderr

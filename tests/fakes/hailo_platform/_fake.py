@@ -98,6 +98,8 @@ class Model:
         from tokenizers import Tokenizer
 
         self.body = body
+        if body.get("weights_not_kept"):  # the DFC double kept no weights: nothing to run
+            raise ValueError(f"FAKE-HEF holds no model to run: {body['weights_not_kept']}")
         self.config = json.loads(file_bytes(body, "hailo-config.json") or b"{}")
         tok = file_bytes(body, "tokenizer.json")
         onnx_bytes = file_bytes(body, "model.onnx")

@@ -25,6 +25,16 @@ REDUCE_LINE = ("Reducing optimization level to 1 (the accuracy won't be optimize
 NO_GPU_LINE = "no available GPU was found; the optimization runs on the CPU"
 FAKE_ONNX = "fake_model.onnx"  # HAR member <net>.fake_model.onnx: the parsed graph
 FAKE_RESOURCES = "fake_external_resources.npz"  # the arrays given to add_external_resources
+# A double writes only small files: above this many bytes of weights it keeps neither the
+# kernels nor the graph (a 0.5B model's HARs were 4.6 GB each). Its HEF then cannot run on the
+# hailo_platform double, which says so; the tiny test models stay far below.
+MAX_WEIGHT_BYTES = 64 << 20
+NOT_KEPT = ("FAKE DFC: the weights of this model are not kept ({size} bytes > {limit}, "
+            "FAKE_DFC_MAX_WEIGHT_BYTES): a test double writes only small files")
+
+
+def max_weight_bytes() -> int:
+    return int(os.environ.get("FAKE_DFC_MAX_WEIGHT_BYTES", MAX_WEIGHT_BYTES))
 
 
 def _sdk_logger() -> Any:
@@ -78,6 +88,7 @@ class ClientRunner:
         self._params: dict[str, Any] = {}
         self._scripts: list[str] = []
         self._extra: dict[str, bytes] = {}
+        self._not_kept = ""  # why the weights are not kept ("" when they are)
         if har is not None:
             self._load(Path(har))
 
@@ -97,6 +108,7 @@ class ClientRunner:
                     raise ValueError(f"Unknown layer: '{cls}'. Please ensure you are using a "
                                      "`keras.utils.custom_object_scope`")
         self._state, self._net = meta["state"], meta["net"]
+        self._not_kept = meta.get("weights_not_kept", "")
         if self.hw_arch == "hailo8":
             self.hw_arch = meta["hw_arch"]
         self._hn = json.loads(members.pop(f"{self._net}.hn"))
@@ -115,7 +127,8 @@ class ClientRunner:
         members.update({
             "FAKE_DFC_README.txt": FAKE_README,
             "fake_dfc.json": json.dumps({"state": self._state, "net": self._net,
-                                         "hw_arch": self.hw_arch}).encode(),
+                                         "hw_arch": self.hw_arch,
+                                         "weights_not_kept": self._not_kept}).encode(),
             f"{self._net}.hn": json.dumps(self._hn).encode(),
             f"{self._net}.npz": _npz_bytes(self._params),
             f"{self._net}.alls": "\n#---\n".join(self._scripts).encode(),
@@ -149,6 +162,8 @@ class ClientRunner:
             if [int(x) for x in shape] != dims:
                 raise ValueError(f"FAKE DFC parser: shape {shape} of {name} != ONNX {dims}")
         scope = net_name or Path(model).stem
+        size, limit = sum(a.nbytes for a in inits.values()), max_weight_bytes()
+        self._not_kept = NOT_KEPT.format(size=size, limit=limit) if size > limit else ""
         layers: dict[str, Any] = {}
         for k, inp in enumerate(inputs, start=1):
             dims = shapes.get(inp.name) or [d.dim_value for d in inp.type.tensor_type.shape.dim]
@@ -165,7 +180,8 @@ class ClientRunner:
                 "input_shapes": [[-1, 1, seq, int(weight.shape[0])]],
                 "output_shapes": [[-1, 1, seq, int(weight.shape[1])]],
                 "params": {"activation": "linear"}}
-            self._params[f"{name}/kernel:0"] = weight.reshape(1, 1, *weight.shape)
+            if not self._not_kept:
+                self._params[f"{name}/kernel:0"] = weight.reshape(1, 1, *weight.shape)
         last = f"{scope}/conv{len(convs)}" if convs else f"{scope}/input_layer1"
         for k, out in enumerate(graph.output, start=1):
             layers[f"{scope}/output_layer{k}"] = {
@@ -174,7 +190,10 @@ class ClientRunner:
         n_layers = sum(1 for n in convs if "k_proj" in n.name) or 1
         self._net, self._state = scope, "parsed"
         # The test double's HEF runs this graph (tests/fakes/hailo_platform): carry it along.
-        self._extra[f"{scope}.{FAKE_ONNX}"] = Path(model).read_bytes()
+        if not self._not_kept:
+            self._extra[f"{scope}.{FAKE_ONNX}"] = Path(model).read_bytes()
+        else:
+            _sdk_logger().warning(self._not_kept)
         self._hn = {"name": scope, "fake": {"transformer_layers": n_layers},
                     "net_params": {"output_layers_order": [
                         n for n in layers if layers[n]["type"] == "output_layer"]},
@@ -185,6 +204,8 @@ class ClientRunner:
         return copy.deepcopy(self._hn)
 
     def get_params(self) -> dict[str, dict[str, Any]]:
+        if self._not_kept:
+            raise ValueError(self._not_kept)
         nested: dict[str, dict[str, Any]] = {}
         for key, value in self._params.items():
             layer, _, param = key.rpartition("/")
@@ -206,7 +227,8 @@ class ClientRunner:
         arrays = {f"{layer}/{key}": value
                   for layer, weights in resources.get("weights", {}).items()
                   for key, value in weights.items()}
-        self._extra[f"{self._net}.{FAKE_RESOURCES}"] = _npz_bytes(arrays)
+        if not self._not_kept:  # the embedding table: as big as a projection
+            self._extra[f"{self._net}.{FAKE_RESOURCES}"] = _npz_bytes(arrays)
 
     def add_external_file(self, name: str, path: str) -> None:
         data = Path(path).read_bytes()
@@ -319,6 +341,7 @@ class ClientRunner:
                    for n in self._hn.get("net_params", {}).get("output_layers_order", [])
                    if n in self._hn["layers"]]
         return {"format": "fake-hef/1", "net": net, "hw_arch": self.hw_arch,
+                "weights_not_kept": self._not_kept,
                 "input_layers": inputs, "outputs": outputs,
                 "input_layers_mapping": self._mapping(),
                 "files": {k: base64.b64encode(v).decode() for k, v in sorted(files.items())
