@@ -123,7 +123,7 @@ def sensitivity_of(action: Action, feeder: Feeder, plan: Plan, graph: Any, model
                    outputs: list[str]) -> tuple[list[Group], list[dict[str, Any]]]:
     """The layer groups and their cost table ([] when sensitivity_rows is 0)."""
     from common.hailo_calibration import calibration_rows
-    from onnx import numpy_helper
+    from common.onnx_file import read_array
 
     rows = int(action.params.get("sensitivity_rows", 4))
     groups = layer_groups(feeder.config.get("layer_names") or {}, set(graph.constant))
@@ -131,9 +131,9 @@ def sensitivity_of(action: Action, feeder: Feeder, plan: Plan, graph: Any, model
         return groups, []
     inits = {i.name: i for i in model.graph.initializer}
     feeds = [feeder.feeds(r) for r in calibration_rows(action, feeder.config)[:rows]]
-    sens = Sensitivity(action.input_dir("export") / "model.onnx",
-                       {n: graph.weights[n][0] for n in graph.constant},
-                       lambda name: numpy_helper.to_array(inits[name]), feeds, outputs)
+    export = action.input_dir("export")
+    sens = Sensitivity(export / "model.onnx", {n: graph.weights[n][0] for n in graph.constant},
+                       lambda name: read_array(inits[name], export), feeds, outputs)
     return groups, table(sens, groups, plan.nodes)
 
 
@@ -198,8 +198,8 @@ def main() -> None:
     action = load_action(sys.argv)
     gate = read_gate(action.params)
     import numpy as np
-    import onnx
     import onnxruntime
+    from common.onnx_file import load_lazily
     from common.qdq_emulation import matmuls, qdq_counts
 
     export, optimize = action.input_dir("export"), action.input_dir("optimize")
@@ -207,7 +207,8 @@ def main() -> None:
     script = (optimize / "model_script.alls").read_text(encoding="utf-8")
     reference = json.loads((action.input_dir("reference") / "reference.json").read_text())
     matches = check_calibration(script, action, gate)
-    model = onnx.load(str(export / "model.onnx"))
+    # The graph without its weights' bytes: each is read from the file when it is needed.
+    model = load_lazily(export / "model.onnx", export)
     graph = matmuls(model)
     hn = read_hn(optimize / "quantized.har")
     plan = plan_precisions(script, hn, config, graph)
