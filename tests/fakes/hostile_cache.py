@@ -8,13 +8,16 @@ nginx with WebDAV. `misbehave(path, how)` changes what one entry's GET answers:
     "trickle"   the true bytes with their true length, one byte every `trickle_s`
     "oversize"  the true bytes plus `extra` more, with a Content-Length that says so
 
-Every request is logged as (method, path) in `requests`. `stop()` ends the server thread and
-every handler (a streaming handler notices within one write).
+Every request is logged as (method, path) in `requests`. `delay_s` holds every `cas/` request
+that long before it is answered, and `max_in_flight[method]` says how many `cas/` requests of
+a method were being answered at once at most. `stop()` ends the server thread and every
+handler (a streaming handler notices within one write).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -31,6 +34,10 @@ class HostileCache:
         self.requests: list[tuple[str, str]] = []
         self.streamed: dict[str, int] = {}  # path -> bytes a misbehaving GET sent
         self.stopping = threading.Event()
+        self.delay_s = 0.0
+        self.max_in_flight: dict[str, int] = {}
+        self._in_flight: dict[str, int] = {}
+        self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -38,6 +45,20 @@ class HostileCache:
     def url(self) -> str:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def enter(self, method: str, path: str) -> None:
+        if not path.lstrip("/").startswith("cas/"):
+            return
+        with self._lock:
+            self._in_flight[method] = self._in_flight.get(method, 0) + 1
+            self.max_in_flight[method] = max(self.max_in_flight.get(method, 0),
+                                             self._in_flight[method])
+        self.stopping.wait(self.delay_s)
+
+    def leave(self, method: str, path: str) -> None:
+        if path.lstrip("/").startswith("cas/"):
+            with self._lock:
+                self._in_flight[method] -= 1
 
     def misbehave(self, path: str, how: str) -> None:
         assert how in ("endless", "trickle", "oversize"), how
@@ -80,21 +101,37 @@ def _handler(cache: HostileCache) -> type[BaseHTTPRequestHandler]:
         def _file(self) -> Path:
             return cache.data / self.path.lstrip("/")
 
+        def _counted(self, serve: Callable[[], None]) -> None:
+            cache.enter(self.command, self.path)
+            try:
+                serve()
+            finally:
+                cache.leave(self.command, self.path)
+
         def do_PUT(self) -> None:  # noqa: N802
+            self._counted(self._put)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._counted(self._head)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._counted(self._get)
+
+        def _put(self) -> None:
             cache.requests.append(("PUT", self.path))
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             self._file().parent.mkdir(parents=True, exist_ok=True)
             self._file().write_bytes(body)
             self._reply(201, b"")
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def _head(self) -> None:
             cache.requests.append(("HEAD", self.path))
             if not self._file().is_file():
                 self._reply(404, b"", body=False)
                 return
             self._reply(200, self._file().read_bytes(), body=False)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def _get(self) -> None:
             cache.requests.append(("GET", self.path))
             if not self._file().is_file():
                 self._reply(404, b"")

@@ -53,7 +53,9 @@ DEFAULT_MIN_RATE = 1 << 20
 DEFAULT_WORKER = "hefbuild"  # not the hostname: CI machines' names would leak into the cache
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]+:[A-Za-z0-9+/]{43}=$")  # name:base64(32 bytes)
 _CACHE_KEYS = {"remote", "upload", "timeout", "min_rate", "worker", "trusted_keys",
-               "signing_key", "ca_bundle"}
+               "signing_key", "ca_bundle", "transfers"}
+DEFAULT_TRANSFERS = 4  # blobs in flight at once, each way
+MAX_TRANSFERS = 64
 _SECRET_KEYS = {"token", "password", "user", "username", "auth"}
 
 
@@ -84,6 +86,7 @@ class CacheSettings:
     signing_key: Path | None = None
     ca_bundle: Path | None = None
     credentials: Credentials = field(default_factory=Credentials)
+    transfers: int = DEFAULT_TRANSFERS
 
     @property
     def shown(self) -> str:
@@ -246,6 +249,7 @@ def _cache(table: dict[str, Any], env: dict[str, str], root: Path) -> CacheSetti
         ca_bundle=_file(env.get("HEFBUILD_REMOTE_CA_BUNDLE", table.get("ca_bundle")),
                         "ca_bundle", root),
         credentials=_credentials(remote, url_creds, env),
+        transfers=_transfers(env.get("HEFBUILD_REMOTE_TRANSFERS", table.get("transfers"))),
     )
 
 
@@ -319,6 +323,19 @@ def _min_rate(value: Any) -> int:
         raise SpecError(SETTINGS_FILE, "cache.min_rate (or HEFBUILD_REMOTE_MIN_RATE)",
                         f"bytes per second, at least 1KiB, like \"1MiB\", got {value!r}")
     return rate
+
+
+def _transfers(value: Any) -> int:
+    if value is None:
+        return DEFAULT_TRANSFERS
+    try:
+        n = int(value) if not isinstance(value, (bool, float)) else 0
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_TRANSFERS:
+        raise SpecError(SETTINGS_FILE, "cache.transfers (or HEFBUILD_REMOTE_TRANSFERS)",
+                        f"blobs in flight at once, 1 to {MAX_TRANSFERS}, got {value!r}")
+    return n
 
 
 def _worker(value: Any) -> str:

@@ -25,6 +25,10 @@ goes on.
 An upload sends only blobs the cache lacks or holds with the wrong size (or served wrong
 bytes for, in this process), hashing each as it goes: a local object whose bytes no longer
 match its name is never sent; it is removed from the local store with its record.
+
+Blobs move `[cache] transfers` at a time (default 4), each way, on threads with a connection
+of their own: presence checks, downloads and uploads. The entry still goes last, once every
+blob it names has arrived, and a hit is still recorded only after all its blobs verified.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..store.outputs import fits_declared
 from ..store.store import Record, Store
@@ -110,7 +114,8 @@ class RemoteCache:
             record, blobs = self._trusted_record(key, raw, task, declared)
             wanted = {d: size for d, size in blobs.items() if not store.verify(d)}
             self._all_present(wanted, task)
-            got = sum(self._download(d, size, store, task) for d, size in sorted(wanted.items()))
+            got = sum(self._each(self._download, [(d, size, store, task)
+                                                  for d, size in sorted(wanted.items())]))
         except _Miss as miss:
             if miss.warning:
                 self._warn(f"remote cache {self.shown}: {miss.warning}")
@@ -174,8 +179,9 @@ class RemoteCache:
 
     def _all_present(self, wanted: dict[str, int], task: str) -> None:
         """Every blob there with its declared size, before any is downloaded."""
-        for digest, size in sorted(wanted.items()):
-            there = self._retry(self._blobs.size, digest)
+        items = sorted(wanted.items())
+        sizes = self._each(self._retry, [(self._blobs.size, d) for d, _ in items])
+        for (digest, size), there in zip(items, sizes, strict=True):
             if there is None:
                 raise _Miss()  # the server evicted it: a miss, never a half restore
             if there >= 0 and there != size:
@@ -227,10 +233,12 @@ class RemoteCache:
         entry = self._entry(record, ref, store)
         if self._same_entry_there(record):
             return
-        for digest, size in sorted(_sizes(record, store).items()):
-            if not self._retry(self._blobs.has, digest, size):
-                self.sent += self._retry(self._t.put, f"cas/{digest}",
-                                         store.object_path(digest), digest)
+        items = sorted(_sizes(record, store).items())
+        there = self._each(self._retry, [(self._blobs.has, d, size) for d, size in items])
+        missing = [d for (d, _), has in zip(items, there, strict=True) if not has]
+        self.sent += sum(self._each(self._retry, [
+            (self._t.put, f"cas/{d}", store.object_path(d), d) for d in missing]))
+        # The entry only once every blob it names is there: a reader never sees it first.
         if not self._retry(self._blobs.has, ref.hash, ref.size):
             self.sent += self._retry(self._t.put, f"cas/{ref.hash}", blob, ref.hash)
         self.sent += self._retry(self._t.put, f"ac/{record.key}", encode_action_result(entry))
@@ -259,7 +267,8 @@ class RemoteCache:
         if there is None or (self._signer is not None and not self._signed_by_us(entry, record)):
             return False
         blobs = {there.hash: there.size, **{o.digest: o.size for o in record.outputs.values()}}
-        return all(self._retry(self._blobs.has, d, size) for d, size in sorted(blobs.items()))
+        return all(self._each(self._retry, [(self._blobs.has, d, size)
+                                            for d, size in sorted(blobs.items())]))
 
     def _signed_by_us(self, entry: ActionResultMessage, record: Record) -> bool:
         assert self._signer is not None
@@ -285,6 +294,26 @@ class RemoteCache:
             stdout=BlobRef(record.log, log_size), worker=self.settings.worker,
             execution_start=end - round(record.seconds * 1000) * 1_000_000,
             execution_completed=end, auxiliary=aux)
+
+    # -- transfers -------------------------------------------------------------------
+
+    def _each(self, call: Callable[..., T], calls: list[tuple[Any, ...]]) -> list[T]:
+        """`call(*args)` for each, up to `transfers` at once, results in order. The first
+        error is raised once the calls in flight have ended (none still writes after it);
+        those not started are dropped."""
+        workers = min(self.settings.transfers, len(calls))
+        if workers <= 1:
+            return [call(*args) for args in calls]
+        from concurrent.futures import ThreadPoolExecutor  # only when blobs move
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="hefbuild-transfer") as pool:
+            futures = [pool.submit(call, *args) for args in calls]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
 
     # -- failures --------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,7 @@ class BlobStore:
         self._t = transport or transport_for(settings)
         self.sent = 0
         self.received = 0
+        self._count = threading.Lock()  # blobs move on several threads at once (cache.py)
         self.bad: set[str] = set()  # digests the cache served wrong bytes or sizes for
 
     def size(self, digest: str) -> int | None:
@@ -74,7 +76,9 @@ class BlobStore:
         """`path` (whose SHA-256 must be `digest`) is in the CAS after this; its bytes are
         hashed as they go (CorruptSource when they are not `digest`'s)."""
         if not self.has(digest, path.stat().st_size):
-            self.sent += retry(self._t.put, f"cas/{digest}", path, digest)
+            sent = retry(self._t.put, f"cas/{digest}", path, digest)
+            with self._count:
+                self.sent += sent
 
     def download(self, digest: str, store: Store, size: int | None = None) -> int | None:
         """The blob, verified, into the local store; its size, or None if the cache lacks it.
@@ -107,7 +111,8 @@ class BlobStore:
                 return None
             self._check(digest, size, got, hasher.hexdigest())
             store.put_verified(path, digest)
-        self.received += got
+        with self._count:
+            self.received += got
         return got
 
     def _check(self, digest: str, size: int | None, got: int, actual: str) -> None:
