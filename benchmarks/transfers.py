@@ -1,0 +1,228 @@
+"""Remote-cache transfers against curl, side by side, on real nginx (WebDAV) on 127.0.0.1.
+
+    python benchmarks/transfers.py [--runs N] [--big-mib M] [--small N] [--links loopback shaped]
+
+Contenders move the same bytes to and from the same server, alternating, after one untimed
+warm-up each; medians of --runs rounds:
+- download: hefbuild's verified download into its store (`BlobStore.download`: streamed,
+  SHA-256 checked, inserted only if it matches) vs `curl -o FILE` (no hashing);
+- upload: hefbuild's `HttpTransport.put` of a store object (hashed as it is sent; the last
+  chunk only goes once the digest matched) vs `curl -T FILE`;
+each for one --big-mib blob (default 1 GiB), and for --small 1 MiB blobs (default 200)
+moved `transfers` (4) at a time by `RemoteCache` vs `curl --parallel --parallel-max 4`, and
+one at a time vs a single sequential curl (keep-alive) as a baseline.
+Links: plain loopback, and a link shaped to 100 MB/s with 20 ms round trip by a proxy on
+127.0.0.1 the benchmark starts (`shaping_proxy.py`; the kernel here has no netem) that both
+contenders go through. The ratio is curl's time / hefbuild's (>= 1: hefbuild as fast);
+the goal is >= 0.95. Needs nginx and curl (`.ci/setup` installs both). Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fakes.cache_server import NginxCache  # noqa: E402
+from shaping_proxy import ShapingProxy  # noqa: E402
+
+from hefbuild.declare.settings import CacheSettings  # noqa: E402
+from hefbuild.remote.cache import RemoteCache  # noqa: E402
+from hefbuild.remote.cas import BlobStore  # noqa: E402
+from hefbuild.remote.http import HttpTransport  # noqa: E402
+from hefbuild.store.statcache import StatCache  # noqa: E402
+from hefbuild.store.store import Store  # noqa: E402
+
+MIB = 1 << 20
+GOAL = 0.95
+SHAPED_RATE, SHAPED_RTT = 100e6, 0.020
+
+
+def random_blob(folder: Path, size: int) -> tuple[str, Path]:
+    """A file of random bytes, named by its SHA-256 (written in 4 MiB pieces)."""
+    hasher, tmp = hashlib.sha256(), folder / f"tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        left = size
+        while left:
+            piece = os.urandom(min(left, 4 * MIB))
+            hasher.update(piece)
+            f.write(piece)
+            left -= len(piece)
+    digest = hasher.hexdigest()
+    path = folder / digest
+    tmp.rename(path)
+    return digest, path
+
+
+def timed(run: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+class Bench:
+    def __init__(self, work: Path, nginx: NginxCache, blobs: dict[str, Path]) -> None:
+        self.work, self.nginx, self.blobs = work, nginx, blobs
+
+    def settings(self, url: str, transfers: int) -> CacheSettings:
+        return CacheSettings(remote=url, timeout_s=60.0, min_rate=1 << 20, transfers=transfers)
+
+    def fresh_store(self) -> Store:
+        root = self.work / "store"
+        shutil.rmtree(root, ignore_errors=True)
+        (self.work / "stat.sqlite3").unlink(missing_ok=True)
+        return Store(root, StatCache(self.work / "stat.sqlite3"))
+
+    def seed(self, digests: list[str]) -> None:
+        for d in digests:
+            dest = self.nginx.blob_path(d)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists():
+                os.link(self.blobs[d], dest)
+
+    def unseed(self, digests: list[str]) -> None:
+        for d in digests:
+            self.nginx.blob_path(d).unlink(missing_ok=True)
+
+    # -- downloads -----------------------------------------------------------------------
+
+    def ours_down(self, url: str, digests: list[str], transfers: int) -> Callable[[], None]:
+        def run() -> None:
+            store = self.fresh_store()
+            settings = self.settings(url, transfers)
+            cache = RemoteCache(settings, print)
+            blobs = BlobStore(settings, cache._t)
+            sizes = [self.blobs[d].stat().st_size for d in digests]
+            got = cache._each(blobs.download, [(d, store, s) for d, s in zip(digests, sizes,
+                                                                          strict=True)])
+            assert got == sizes, "a download came back short"
+        return run
+
+    def curl_down(self, url: str, digests: list[str], parallel: int) -> Callable[[], None]:
+        def run() -> None:
+            out = self.work / "curl-out"
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            args = ["curl", "-sSf", "--no-progress-meter", "--max-time", "600"]
+            if parallel > 1:
+                args += ["--parallel", "--parallel-max", str(parallel)]
+            for d in digests:
+                args += ["-o", str(out / d), f"{url}/cas/{d}"]
+            subprocess.run(args, check=True)
+        return run
+
+    # -- uploads -------------------------------------------------------------------------
+
+    def ours_up(self, url: str, digests: list[str], transfers: int) -> Callable[[], None]:
+        def run() -> None:
+            self.unseed(digests)
+            settings = self.settings(url, transfers)
+            cache = RemoteCache(settings, print)
+            put = HttpTransport(settings).put
+            cache._each(put, [(f"cas/{d}", self.blobs[d], d) for d in digests])
+        return run
+
+    def curl_up(self, url: str, digests: list[str], parallel: int) -> Callable[[], None]:
+        def run() -> None:
+            self.unseed(digests)
+            args = ["curl", "-sSf", "--no-progress-meter", "--max-time", "600", "-o", "/dev/null"]
+            if parallel > 1:
+                args += ["--parallel", "--parallel-max", str(parallel)]
+            for d in digests:
+                args += ["-T", str(self.blobs[d]), f"{url}/cas/{d}"]
+            subprocess.run(args, check=True)
+        return run
+
+
+def race(rounds: int, a: Callable[[], None], b: Callable[[], None]) -> tuple[float, float]:
+    """Medians of `rounds` alternating runs (the order flips each round), after a warm-up."""
+    a(), b()
+    ta, tb = [], []
+    for i in range(rounds):
+        for first in ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta)):
+            first[1].append(timed(first[0]))
+    return statistics.median(ta), statistics.median(tb)
+
+
+def row(label: str, nbytes: int, ours: float, curl: float) -> None:
+    ratio = curl / ours
+    print(f"{label:<44} {nbytes / ours / MIB:>8.0f} {nbytes / curl / MIB:>8.0f}  "
+          f"{ratio:>5.2f}  {'met' if ratio >= GOAL else 'MISSED'}")
+
+
+def bench(args: argparse.Namespace, work: Path) -> None:
+    pool = work / "blobs"
+    pool.mkdir(parents=True)
+    big, big_path = random_blob(pool, args.big_mib * MIB)
+    small = [random_blob(pool, MIB)[0] for _ in range(args.small)]
+    blobs = {big: big_path, **{d: pool / d for d in small}}
+    with NginxCache(root=work / "nginx") as nginx:
+        b = Bench(work, nginx, blobs)
+        links = {"loopback": None, "shaped": (SHAPED_RATE, SHAPED_RTT)}
+        print(f"{'row (MiB/s: hefbuild, curl; ratio curl/hefbuild time)':<44} "
+              f"{'ours':>8} {'curl':>8}  ratio  goal {GOAL}")
+        for name in args.links:
+            shape = links[name]
+            proxy = ShapingProxy(("127.0.0.1", nginx.port), *shape).start() if shape else None
+            url = f"http://127.0.0.1:{proxy.port}" if proxy else nginx.url
+            where = "loopback" if shape is None else \
+                f"shaped {shape[0] / 1e6:.0f} MB/s, {shape[1] * 1000:.0f} ms RTT"
+            try:
+                b.seed([big, *small])
+                total = args.small * MIB
+                cases = [
+                    (f"download {args.big_mib} MiB, {where}", args.big_mib * MIB,
+                     b.ours_down(url, [big], 1), b.curl_down(url, [big], 1)),
+                    (f"download {args.small} x 1 MiB, 4 at once, {where}", total,
+                     b.ours_down(url, small, 4), b.curl_down(url, small, 4)),
+                    (f"download {args.small} x 1 MiB, one at a time, {where}", total,
+                     b.ours_down(url, small, 1), b.curl_down(url, small, 1)),
+                    (f"upload {args.big_mib} MiB, {where}", args.big_mib * MIB,
+                     b.ours_up(url, [big], 1), b.curl_up(url, [big], 1)),
+                    (f"upload {args.small} x 1 MiB, 4 at once, {where}", total,
+                     b.ours_up(url, small, 4), b.curl_up(url, small, 4)),
+                ]
+                for label, nbytes, ours, curl in cases:
+                    t_ours, t_curl = race(args.runs, ours, curl)
+                    row(label, nbytes, t_ours, t_curl)
+                    b.seed([big, *small])
+            finally:
+                if proxy:
+                    proxy.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--big-mib", type=int, default=1024)
+    ap.add_argument("--small", type=int, default=200)
+    ap.add_argument("--links", nargs="+", default=["loopback", "shaped"],
+                    choices=["loopback", "shaped"])
+    args = ap.parse_args()
+    missing = [tool for tool in ("nginx", "curl") if shutil.which(tool) is None]
+    if missing:
+        print(f"transfers: {' and '.join(missing)} not installed (.ci/setup installs them)")
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="hefbuild-transfers-"))
+    try:
+        bench(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
