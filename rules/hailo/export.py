@@ -32,7 +32,7 @@ Outputs (all byte-deterministic):
 
 from __future__ import annotations
 
-import hashlib
+import gc
 import json
 import shutil
 import sys
@@ -42,6 +42,8 @@ from typing import Any
 from common.action import Action, check_outputs, fail, load_action, round_sig, write_json
 from common.checkpoint import load_checkpoint
 from common.determinism import pin_torch
+from common.digest import sha256_file
+from common.onnx_file import load_lazily
 
 # Fixed relative name: the traced file must not depend on the (fresh) scratch path.
 EXPORT_PATH = Path("export_work") / "model.onnx"
@@ -187,8 +189,13 @@ def main() -> None:
     )
 
     export_onnx(module, EXPORT_PATH)
-    graph = onnx.load(str(EXPORT_PATH))
-    onnx.checker.check_model(graph)
+    feeds = {name: ref[name] for name in INPUT_NAMES}
+    module_gate = gate(ref["last_logits"], torch_logits(module, feeds), cosine_min)
+    # The torch side is done: its weights go before ONNX Runtime loads the graph's own copy.
+    del module, model
+    gc.collect()
+    onnx.checker.check_model(str(EXPORT_PATH))  # by path: the checker reads it itself
+    graph = load_lazily(EXPORT_PATH, EXPORT_PATH.parent)  # the graph, weights left on disk
     problems = graph_problems(graph, spec)
     if problems:
         fail(f"export: graph breaks the Hailo contract: {'; '.join(problems)}")
@@ -197,9 +204,7 @@ def main() -> None:
     except UnsupportedModel as exc:
         fail(f"export: {exc}")
 
-    feeds = {name: ref[name] for name in INPUT_NAMES}
     result = gate(ref["last_logits"], ort_logits(EXPORT_PATH, feeds), cosine_min)
-    module_gate = gate(ref["last_logits"], torch_logits(module, feeds), cosine_min)
     if result.cosine != result.cosine:  # NaN: the graph produced non-finite logits
         fail("export gate failed: ONNX Runtime logits are not finite")
     print(
@@ -211,7 +216,7 @@ def main() -> None:
     if not result.passed:
         fail(f"export gate failed: cosine {round_sig(result.cosine, 8)} < cosine_min {cosine_min}")
 
-    onnx_bytes = EXPORT_PATH.read_bytes()
+    onnx_digest, onnx_size = sha256_file(EXPORT_PATH), EXPORT_PATH.stat().st_size
     shutil.move(str(EXPORT_PATH), action.out / "model.onnx")
     save_npz(str(action.out / "hf_reference.npz"), ref)
     try:
@@ -237,8 +242,8 @@ def main() -> None:
             "torch_module_cosine": round_sig(module_gate.cosine, 8),
             "ops": sorted({n.op_type for n in graph.graph.node}),
             "nodes": len(graph.graph.node),
-            "onnx_sha256": hashlib.sha256(onnx_bytes).hexdigest(),
-            "onnx_bytes": len(onnx_bytes),
+            "onnx_sha256": onnx_digest,
+            "onnx_bytes": onnx_size,
             "lm_head_shards": len(spec.shard_sizes),
             "tokenizer": tok_changes,
             "passed": result.passed,
