@@ -426,7 +426,8 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
     print("checkpoint     params  method            teacher-forced  cosine    free-running  "
           "quantize RSS x  compiled x  verify / generate")
     for r in rows:
-        print(f"{r['checkpoint']:<14} {r['params'] / 1e6:<6.1f}M {r['method']:<17} "
+        params = f"{r['params'] / 1e6:.1f}M"
+        print(f"{r['checkpoint']:<14} {params:<7} {r['method']:<17} "
               f"{r['teacher_forced']:<15.3f} {r['cosine']:<9.5f} {r['free_running']:<13.3f} "
               f"{r['quantize_rss']:<15.2f} {r['compiled']:<11.3f} {r['verify_ratio']}")
 
