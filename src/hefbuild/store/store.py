@@ -78,13 +78,18 @@ class Store:
     def __init__(self, root: Path, stats: StatCache) -> None:
         self.root = root / STORE_FORMAT
         self._stats = stats
+        self._made = False
 
     def _dirs(self) -> None:
+        # Once per Store: a download of many small blobs paid three mkdir calls for each.
+        if self._made:
+            return
         try:
             for sub in ("objects", "results", "tmp"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"store {self.root.parent} is not writable: {exc.strerror}") from exc
+        self._made = True
 
     def object_path(self, digest: str) -> Path:
         return self.root / "objects" / digest[:2] / digest[2:]
@@ -154,9 +159,12 @@ class Store:
     def put_verified(self, path: Path, digest: str) -> None:
         """Adopt a file whose SHA-256 the caller just computed while writing it."""
         dest = self.object_path(digest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(path, 0o444)
-        os.replace(path, dest)
+        try:
+            os.replace(path, dest)
+        except FileNotFoundError:  # the first object of its shard: make the shard, once
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, dest)
         self._stats.remember(dest, Digest(digest))
 
     def touch(self, key: str) -> None:
