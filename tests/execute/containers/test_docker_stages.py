@@ -79,7 +79,10 @@ def box(tmp_path: Path, docker_client, python_image, monkeypatch) -> Path:
     (root / "toolchain" / "box.toml").write_text(TOOLCHAIN.format(tag=tmp_path.name.lower()))
     context = root / "images" / "box"
     context.mkdir(parents=True)
+    # The label gives each test its own image ID: with equal layers, one test's forced removal
+    # collided with another worker's running container of the very same image.
     (context / "Dockerfile").write_text("FROM hefbuild-test/python3:bookworm\n"
+                                        f"LABEL hefbuild.test={tmp_path.name.lower()}\n"
                                         "COPY marker.txt /marker.txt\n")
     (context / "marker.txt").write_text("one\n")
     shutil.copytree(REPO / "data", root / "data")
