@@ -13,4 +13,8 @@ if _TESTS not in sys.path:
 # A minimal project on disk and a loader of `models/m.toml` (declare/, plan/ and others), and
 # which tests share a pytest-xdist worker and which start first (tests/scheduling.py).
 from project_fixtures import load, model, proj  # noqa: E402, F401
-from scheduling import pytest_collection_modifyitems  # noqa: E402, F401
+from scheduling import (  # noqa: E402, F401
+    pytest_collection_modifyitems,
+    pytest_xdist_make_scheduler,
+)
+

@@ -24,16 +24,22 @@ SHARED_PACKAGES = ("tests/ci", "tests/device", "tests/execute/cluster",
 
 SLOW = (
     "tests/ci",
-    "tests/e2e/test_hardening.py",
-    "tests/e2e/test_openvino.py",
-    "tests/execute/cluster",
-    "tests/e2e/test_bad_input.py",
-    "tests/rules/test_cpu_ort_methods.py",
-    "tests/e2e/test_hailo_chain.py",
-    "tests/rules/test_hailo_export.py",
+    "tests/device",
     "tests/execute/containers",
+    "tests/execute/cluster",
+    "tests/rules/test_cpu_ort_methods.py",
     "tests/e2e/test_incremental.py",
+    "tests/rules/test_hailo_export.py",
+    "tests/rules/test_cpu_ort_tied.py",
+    "tests/e2e/test_openvino.py",
+    "tests/rules/test_cpu_ort_chain.py",
     "tests/e2e/test_variants.py",
+    "tests/rules/test_device_check.py",
+    "tests/e2e/test_hardening.py",
+    "tests/e2e/test_hailo_chain.py",
+    "tests/rules/test_hailo_fidelity.py",
+    "tests/e2e/test_preflight.py",
+    "tests/e2e/test_bad_input.py",
 )
 
 
@@ -49,10 +55,39 @@ def _rank(group: str) -> int:
     return SLOW.index(group) if group in SLOW else len(SLOW)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks into the node ids
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadgroup` with the groups of group_of().
+
+    xdist's own loadgroup reads `xdist_group` marks into a `@group` suffix it writes to
+    `item._nodeid`, which pytest 9 no longer reads: every test became a group of its own,
+    so module fixtures were built on both workers and the shared packages' session
+    fixtures twice. This scheduler asks group_of() for each node id instead."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
-    # A stable sort: within a group (and among the unlisted groups) collection order stays.
-    items.sort(key=lambda item: _rank(group_of(item.nodeid)))
+    items[:] = in_run_order(items)
+
+
+def in_run_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Slowest groups first, and each test file's tests together.
+
+    pytest groups tests by the parameters of their wider-scoped fixtures, which can
+    interleave the files of a package (tests/device ran host_key, transport, host_key, ...):
+    each return to a file then set up its module-scoped fixtures again, a whole tiny chain
+    each time. A stable sort keeps pytest's order inside a file (its parameter groups)."""
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.nodeid.split("::", 1)[0], index)
+    return sorted(items, key=lambda item: (_rank(group_of(item.nodeid)),
+                                           first_seen[item.nodeid.split("::", 1)[0]]))

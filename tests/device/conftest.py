@@ -173,8 +173,10 @@ attempt_timeout = "{timeout}"
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def device_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store for the package: its first test builds the tiny hailo chain, later ones
+    (of every module) restore it."""
     return tmp_path_factory.mktemp("device-store")
 
 
