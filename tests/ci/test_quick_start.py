@@ -29,6 +29,8 @@ def outcomes(clone: Path) -> list[str]:
     return found + ["uptodate"] * len(events[last].get("uptodate", []))
 
 
+# Slow by nature (about a minute): the README's first command on a fresh clone as a normal
+# user, pip installing the project into a new venv and building the tiny chain from nothing.
 def test_the_quick_start_works_for_a_normal_user(workdir: Path, user: User,
                                                  pip_cache: Path) -> None:
     command = quick_start_command()

@@ -88,6 +88,9 @@ def assert_all_ran(job: dict) -> None:
         assert code == 0, f"step {step} exited {code}:\n{output[-3000:]}"
 
 
+# The slowest test (about 4 minutes), kept whole on purpose: it is the shipped workflow, two
+# fresh clones and venvs (pip, a minute each), main building every default model from an
+# empty store. Split, each half would need the other's remote cache state.
 def test_the_workflow_builds_and_shares_as_main_then_a_pull_request_only_reads(
         tmp_path: Path, workdir: Path, user: User, make_cache, pip_cache: Path) -> None:
     server: NginxCache = make_cache(auth=TOKEN, auth_scope="write")

@@ -37,6 +37,7 @@ def test_ctrl_c_in_a_stage_is_one_line_and_records_nothing(tmp_path, built_store
     assert (project.root / "build" / "tiny-llama" / "export.failed.log").exists()
 
 
+# About 40 s: two whole chains from an empty store at once is the race it looks for.
 def test_two_models_in_threads_on_an_empty_store(tmp_path):
     project = Project(copy_project(tmp_path / "p", tmp_path / "store").root, tmp_path / "store")
     run = project.doit("-n", "2", "-P", "thread", "verify:tiny-llama", "verify:tiny-qwen2",

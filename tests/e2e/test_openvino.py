@@ -31,6 +31,8 @@ def _venv_markers(store: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(store.glob("v1/venvs/*/hefbuild-venv.json"))]
 
 
+# Over a minute, once per session: the OpenVINO chain's first build creates its venv
+# toolchain (pip installs openvino and nncf); every test of the file reads this build.
 @pytest.fixture(scope="session")
 def ov_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, DoitRun, DoitRun]:
     """One full build of tiny-llama-ov (creating the venv), and a second run."""

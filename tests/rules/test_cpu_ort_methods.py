@@ -116,6 +116,8 @@ class MethodRun:
     report: dict[str, Any]
 
 
+# About 45 s per model, once per file: fetch trains the checkpoint, then every method's
+# quantize, compile and verify, which the tests of the file only read.
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def built(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Chain, dict[str, MethodRun]]]:

@@ -98,6 +98,7 @@ class Built:
     export: Run
 
 
+# About 40 s per model, once per file: fetch trains the tiny checkpoint, export traces it.
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
     result = {}

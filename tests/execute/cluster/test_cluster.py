@@ -216,6 +216,7 @@ def test_parallel_stages_spread_over_the_cluster(cluster: dict, tmp_path: Path) 
     assert len(nodes) >= 2, nodes  # 4 CPUs over three nodes: not all on one
 
 
+# About a minute: the whole tiny chain twice, on the cluster and locally, is what it compares.
 def test_the_tiny_pipeline_on_the_cluster_is_byte_identical_to_a_local_build(
         cluster: dict, tmp_path: Path) -> None:
     local = copy_project(tmp_path / "local", tmp_path / "local-store")
