@@ -173,10 +173,10 @@ attempt_timeout = "{timeout}"
 """
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def device_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One store for the package: its first test builds the tiny hailo chain, later ones
-    (of every module) restore it."""
+    """One store per file: its first test builds the tiny hailo chain, later ones restore it
+    (a file of its own, as test_verify_over_ssh.py's first verify must be a build)."""
     return tmp_path_factory.mktemp("device-store")
 
 
