@@ -184,3 +184,22 @@ def test_download_is_checked(tmp_path: Path) -> None:
     assert load_settings(tmp_path, env=env).cache.download == "minimal"
     (tmp_path / "hefbuild.toml").write_text('[cache]\nremote = "http://127.0.0.1:1"\n')
     assert load_settings(tmp_path, env={}).cache.download == "all"
+
+
+def test_an_artifact_alias_or_keep_task_brings_its_file_into_build(
+        ci, machine, server, monkeypatch):
+    from hefbuild.cli.tasks import fetch_output, keep_output
+
+    dev = machine()
+    run_all(dev.engine())
+    monkeypatch.setenv("HEFBUILD_STORE", str(dev.store))
+    assert fetch_output(str(dev.root), f"compile:{MODEL}", "model.opt.onnx") is None
+    assert (dev.stage("compile") / "model.opt.onnx").read_bytes() == \
+        (ci.stage("compile") / "model.opt.onnx").read_bytes()
+    assert not (dev.stage("compile") / "log.txt").exists()  # asked for one file: that one
+    kept = keep_output(str(dev.root), MODEL, "keep", "export", "export_report.json",
+                       "kept/{model}.json")
+    assert kept == {"keep": f"kept/{MODEL}.json"}
+    assert (dev.root / "kept" / f"{MODEL}.json").read_bytes() == \
+        (ci.stage("export") / "export_report.json").read_bytes()
+    assert not (dev.stage("export") / "model.onnx").exists()
