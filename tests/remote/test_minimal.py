@@ -203,3 +203,26 @@ def test_an_artifact_alias_or_keep_task_brings_its_file_into_build(
     assert (dev.root / "kept" / f"{MODEL}.json").read_bytes() == \
         (ci.stage("export") / "export_report.json").read_bytes()
     assert not (dev.stage("export") / "model.onnx").exists()
+
+
+def test_status_explain_and_the_report_say_what_is_in_the_remote_cache(ci, machine):
+    from hefbuild.report.explain import explain_task, status_of
+    from hefbuild.report.status import details, totals
+    from hefbuild.report.write import write_report
+
+    dev = machine()
+    run_all(dev.engine())
+    eng = dev.engine()
+    statuses = [status_of(eng, t) for t in TASKS]
+    assert [s.in_remote for s in statuses][-2:] == [("model.opt.onnx", "log.txt"), ()]
+    assert totals(statuses) == "5 up to date (4 in the remote cache)"
+    assert f"   export:{MODEL}: up to date, in the remote cache (not in build/: " \
+        f"export_report.json, model.onnx, log.txt; `doit fetch export:{MODEL}` brings them)" \
+        in details(statuses, {})
+    assert f"  in the remote cache, not in build/: model.opt.onnx, log.txt (`doit fetch " \
+        f"compile:{MODEL}` brings them)" in explain_task(eng, f"compile:{MODEL}")
+    page = write_report(dev.root)
+    summary = (page.parent / "summary.md").read_text()
+    assert "export remote (in the remote cache)" in summary
+    assert "verify remote," not in summary and "verify remote (in" not in summary
+    assert page.read_text().count("in the remote cache, not in build/") == 4
