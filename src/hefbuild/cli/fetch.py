@@ -2,7 +2,9 @@
 left in the remote cache (the outputs and the log of each stage named). A stage whose
 bytes the cache no longer holds is built here instead; nothing else runs.
 
-A TASK is what `doit explain` takes: a stage task, an artifact alias or a group.
+A TASK is what `doit explain` takes: a stage task, an artifact alias or a group. doit
+takes a command's name before a group's, so a target's stage group of the same name runs
+with `doit run <name>`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ class Fetch(HelpfulCommand):
         from .session import engine_for
 
         if not pos_args:
-            print("ERROR: fetch needs at least one task name, e.g. export:tiny-llama",
+            # doit takes a command's name before a task's: a stage group of this name is
+            # still `doit run <name>`.
+            print(f"ERROR: {self.name} needs at least one task name, e.g. export:tiny-llama "
+                  f"(a stage group of that name runs with `doit run {self.name}`)",
                   file=sys.stderr)
             return 3
         try:
