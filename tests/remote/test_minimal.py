@@ -134,7 +134,7 @@ def test_a_blob_evicted_after_the_decision_builds_that_stage_here(ci, machine, s
     eng = dev.engine()
     assert run_all(eng) == ["uptodate"] * 4 + ["built"]
     assert dev.fake.ran == [f"compile:{MODEL}", f"verify:{MODEL}"]  # quantize was fetched
-    assert any("no longer in the remote cache" in w for w in eng.warnings)
+    assert any("no longer to be had from the remote cache" in w for w in eng.warnings)
     assert (dev.stage("compile") / "model.opt.onnx").is_file()
     assert dev.manifest("compile")["outputs"] == ci.manifest("compile")["outputs"]
     events = [json.loads(line) for line in (dev.root / "build" / "events.jsonl").open()]
@@ -226,3 +226,32 @@ def test_status_explain_and_the_report_say_what_is_in_the_remote_cache(ci, machi
     assert "export remote (in the remote cache)" in summary
     assert "verify remote," not in summary and "verify remote (in" not in summary
     assert page.read_text().count("in the remote cache, not in build/") == 4
+
+
+def test_wrong_bytes_served_for_an_input_are_never_used_the_stage_builds_here(
+        ci, machine, server):
+    dev = machine()
+    run_all(dev.engine())
+    compiled = ci.manifest("compile")["outputs"]["model.opt.onnx"]
+    blob = server.blob_path(compiled["digest"])
+    blob.write_bytes(b"x" * compiled["size"])  # same size, other bytes
+    edit(model_toml(dev.root), "max_new_tokens = 16", "max_new_tokens = 24")
+    eng = dev.engine()
+    assert run_all(eng) == ["uptodate"] * 4 + ["built"]
+    assert dev.fake.ran == [f"compile:{MODEL}", f"verify:{MODEL}"]
+    assert any("hashes to" in w for w in eng.warnings)
+    assert (dev.stage("compile") / "model.opt.onnx").read_bytes() == \
+        (ci.stage("compile") / "model.opt.onnx").read_bytes()
+
+
+def test_a_half_written_file_where_the_manifest_says_remote_is_not_trusted(ci, machine):
+    dev = machine()
+    run_all(dev.engine())
+    (dev.stage("export") / "model.onnx").write_bytes(b"half")  # a crash mid-copy, say
+    eng = dev.engine()
+    decision = eng.decide(eng.actions[f"export:{MODEL}"])
+    assert decision.outcome.value != "uptodate"
+    assert "model.onnx in build/ was changed or removed" in decision.reason
+    assert eng.run(f"export:{MODEL}")["outcome"] == "remote"
+    assert not (dev.stage("export") / "model.onnx").exists()
+    assert run_all(dev.engine()) == ["uptodate"] * len(TASKS)

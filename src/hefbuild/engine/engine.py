@@ -168,8 +168,8 @@ class Engine:
     def _build_evicted(self, action: Action) -> None:
         """An upstream result whose bytes the remote cache lost after the decision: built
         here (its own inputs first), recorded and shared as any build; never a failure."""
-        self.ctx.warn(f"{action.task}: an output is no longer in the remote cache; "
-                      f"building it here")
+        self.ctx.warn(f"{action.task}: an output is no longer to be had from the remote "
+                      f"cache (evicted, or wrong bytes); building it here")
         start = time.monotonic()
         key = self.keys.key_of(action)
         self._inputs_ready(action, key)
