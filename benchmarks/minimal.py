@@ -177,7 +177,7 @@ def report(warm: Run, chain: int, fresh: dict[str, list[Run]], edited: dict[str,
     def row(name: str, values: dict[str, float], unit: str) -> None:
         a, m = values["all"], values["minimal"]
         shown = (lambda v: f"{v:.2f} s") if unit == "s" else mb
-        ratio = f"{m / a:>12.3f}x" if a >= 1000 or unit == "s" else f"{'–':>13}"  # ~0: none
+        ratio = f"{m / a:>12.3g}x" if a >= 1000 or unit == "s" else f"{'–':>13}"  # ~0: none
         print(f"{name:34}{shown(a):>14}{shown(m):>14}{ratio}")
 
     med = {m: {f: statistics.median(getattr(r, f) for r in runs)
