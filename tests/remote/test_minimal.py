@@ -255,3 +255,14 @@ def test_a_half_written_file_where_the_manifest_says_remote_is_not_trusted(ci, m
     assert eng.run(f"export:{MODEL}")["outcome"] == "remote"
     assert not (dev.stage("export") / "model.onnx").exists()
     assert run_all(dev.engine()) == ["uptodate"] * len(TASKS)
+
+
+def test_a_stray_file_where_an_input_is_fetched_is_replaced_by_the_right_bytes(ci, machine):
+    dev = machine()
+    run_all(dev.engine())
+    (dev.stage("compile") / "model.opt.onnx").write_bytes(b"stray")
+    eng = dev.engine()
+    assert eng.fetch_outputs(f"compile:{MODEL}") > 0
+    assert (dev.stage("compile") / "model.opt.onnx").read_bytes() == \
+        (ci.stage("compile") / "model.opt.onnx").read_bytes()
+    assert dev.fake.ran == []

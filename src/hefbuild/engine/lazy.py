@@ -68,9 +68,11 @@ class Lazy:
         store, digest = self.ctx.store, str(blob["digest"])
         if os.path.lexists(dest):
             try:
-                return self.ctx.stats.digest(dest).hex == digest
+                if self.ctx.stats.digest(dest).hex == digest:
+                    return True
             except OSError:
-                return False
+                pass
+            dest.unlink()  # not the bytes the manifest names: never kept
         if not store.verify(digest):
             cache = self.tier.cache
             got = cache.fetch_blob(digest, int(blob["size"]), store) if cache else None
