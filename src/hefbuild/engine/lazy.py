@@ -50,11 +50,14 @@ class Lazy:
             return True
         wanted = [rel for rel in manifest[IN_REMOTE] if (names is None or rel in names)
                   and (rel != LOG or log)]
+        blobs = {rel: manifest["log"] if rel == LOG else manifest["outputs"].get(rel)
+                 for rel in wanted}
         got: list[str] = []
         ok = True
         with self.ctx.store_lock.shared():  # `doit gc` must not take an object in between
+            self._download([b for b in blobs.values() if b is not None])
             for rel in wanted:
-                blob = manifest["log"] if rel == LOG else manifest["outputs"].get(rel)
+                blob = blobs[rel]
                 if blob is None or not self._fetch(folder / rel, blob, copy=rel == LOG):
                     ok = False
                     continue
@@ -74,11 +77,7 @@ class Lazy:
                 pass
             dest.unlink()  # not the bytes the manifest names: never kept
         if not store.verify(digest):
-            cache = self.tier.cache
-            got = cache.fetch_blob(digest, int(blob["size"]), store) if cache else None
-            if got is None:
-                return False
-            self.moved += got
+            return False  # neither here nor to be had from the remote cache (`_download`)
         tmp = dest.with_name(f".{dest.name}.fetch-{os.getpid()}")
         tmp.unlink(missing_ok=True)
         # The log is copied, as the installer does: an edit of build/'s log must not
@@ -87,6 +86,21 @@ class Lazy:
         os.replace(tmp, dest)
         self.ctx.stats.remember(dest, Digest(digest))
         return True
+
+    def _download(self, blobs: list[dict[str, Any]]) -> None:
+        """The blobs the local store lacks, from the remote cache, `[cache] transfers` at
+        a time (each verified as it streams in; one that fails is simply not there)."""
+        store, cache = self.ctx.store, self.tier.cache
+        sizes = {str(b["digest"]): int(b["size"]) for b in blobs}
+        todo = [(d, size) for d, size in sorted(sizes.items()) if not store.verify(d)]
+        if cache is None or not todo:
+            return
+        from concurrent.futures import ThreadPoolExecutor  # only when blobs move
+
+        workers = min(self.ctx.project.settings.cache.transfers, len(todo))
+        with ThreadPoolExecutor(workers, thread_name_prefix="hefbuild-fetch") as pool:
+            moved = list(pool.map(lambda item: cache.fetch_blob(*item, store), todo))
+        self.moved += sum(n or 0 for n in moved)
 
     def _rewrite(self, folder: Path, manifest: dict[str, Any], got: list[str]) -> None:
         left = [rel for rel in manifest[IN_REMOTE] if rel not in got]
