@@ -30,6 +30,8 @@ EXCEPTIONS = {
     ("toolchains.py", "reference"): "a docker image reference (toolchain.image), not the stage",
     ("resources.py", "resources"): "the declaration key of a stage's resources, not the stage",
     ("ray.py", "resources"): "Ray's task option for custom resources, not the stage",
+    ("fetch.py", "fetch"): "the name of the `doit fetch TASK` command (issue 24), not the "
+                           "stage",
 }
 
 # Modules that still name a target's reports or a vendor's tools (none left of issue 13).

@@ -46,7 +46,8 @@ _BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 # nginx's predefined "combined" format:
 # $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer"
 # "$http_user_agent". nginx writes a '"' inside a field as \x22, so a field has none.
-_COMBINED = re.compile(r'^\S+ - .*? \[[^\]]*\] "(?P<request>[^"]*)" (?P<status>\d{3}) ')
+_COMBINED = re.compile(r'^\S+ - .*? \[[^\]]*\] "(?P<request>[^"]*)" (?P<status>\d{3}) '
+                       r'(?P<sent>\d+)')
 
 
 def free_port() -> int:
@@ -233,6 +234,23 @@ class NginxCache:
             if len(found) >= wait_for or time.monotonic() >= deadline:
                 return found
             time.sleep(0.02)
+
+    def sent_bytes(self, method: str = "GET", prefix: str = "/") -> int:
+        """Body bytes the server sent for `method` requests under `prefix` (its access
+        log's $body_bytes_sent): what clients downloaded."""
+        total = 0
+        for match in self._matches():
+            parts = match["request"].split(" ")
+            if parts[0] == method and len(parts) > 1 and parts[1].startswith(prefix):
+                total += int(match["sent"])
+        return total
+
+    def _matches(self) -> list[re.Match[str]]:
+        try:
+            lines = self.access_log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        return [m for m in map(_COMBINED.match, lines) if m is not None]
 
     def _parse_access_log(self) -> list[tuple[str, str, int]]:
         try:

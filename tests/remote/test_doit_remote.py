@@ -44,3 +44,68 @@ def test_a_fresh_clone_with_an_empty_store_runs_no_rule_against_a_warm_remote(
     again = pr.doit("verify:tiny-llama")
     assert again.outcomes() == {t: "uptodate" for t in tiny_tasks()}
     assert [r for r in server.requests() if r[0] == "PUT"] == puts_before  # readers never write
+
+
+def test_minimal_download_moves_only_the_checks_outputs_then_what_a_rerun_reads(
+        tmp_path, make_cache):
+    """Issue 24: a warm remote, a fresh clone and an empty store, `download = "minimal"`."""
+    server = make_cache()
+    ci = copy_project(tmp_path / "ci", tmp_path / "ci-store")
+    built = ci.doit("verify:tiny-llama", env={"HEFBUILD_REMOTE_CACHE": server.url,
+                                              "HEFBUILD_REMOTE_UPLOAD": "1"})
+    assert built.returncode == 0, built.stdout + built.stderr
+    sizes = {t.split(":")[0]: sum(o["size"] for o in ci.manifest(t)["outputs"].values())
+             for t in tiny_tasks()}
+    chain = sum(sizes.values())
+
+    (tmp_path / "pr").mkdir()
+    pr = copy_project(tmp_path / "pr" / "project", tmp_path / "pr" / "store")
+    (pr.root / "hefbuild.toml").write_text(f'[cache]\nremote = "{server.url}"\n'
+                                           f'download = "minimal"\n')
+    before = settled(server)
+    run = pr.doit("verify:tiny-llama")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.outcomes() == {t: "remote" for t in tiny_tasks()}  # no rule ran
+    moved = settled(server) - before  # entries, records and verify's report and log
+    assert moved <= 0.1 * chain, (moved, chain)
+    assert "verify:tiny-llama: passed" in run.stdout
+    assert "4 left in the remote cache" in run.stdout
+    export = pr.root / "build" / "tiny-llama" / "export"
+    assert sorted(p.name for p in export.iterdir()) == ["manifest.json"]
+
+    status = pr.doit("status", "tiny-llama")
+    assert "export:tiny-llama: up to date, in the remote cache" in status.stdout
+    assert "5 up to date (4 in the remote cache)" in status.stdout
+    explain = pr.doit("explain", "compile:tiny-llama")
+    assert "in the remote cache, not in build/: model.opt.onnx, log.txt" in explain.stdout
+
+    # A check parameter changes: verify alone runs, on exactly the inputs it reads.
+    pr.edit("models/tiny-llama.toml", "max_new_tokens = 16", "max_new_tokens = 12")
+    before = settled(server, "/cas/")
+    rerun = pr.doit("verify:tiny-llama")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert rerun.tasks("built") == {"verify:tiny-llama"}
+    assert settled(server, "/cas/") - before == sizes["fetch"] + sizes["compile"]
+    assert sorted(p.name for p in export.iterdir()) == ["manifest.json"]
+
+    # A person asks for a stage: its outputs and log come into build/, byte for byte.
+    fetched = pr.doit("fetch", "export:tiny-llama")
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    for path in (ci.root / "build" / "tiny-llama" / "export").iterdir():
+        if path.name != "manifest.json":
+            assert (export / path.name).read_bytes() == path.read_bytes()
+    assert pr.doit("verify:tiny-llama").outcomes() == {t: "uptodate" for t in tiny_tasks()}
+
+
+def settled(server, prefix: str = "/") -> int:  # noqa: ANN001 - NginxCache
+    """Bytes the cache served so far, once its access log stops growing (nginx logs a
+    request just after answering it)."""
+    import time
+
+    last = -1
+    while True:
+        now = server.sent_bytes("GET", prefix)
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from engine.helpers import edit, model_toml
 from fakes.fake_executor import FakeExecutor
 from fakes.hostile_cache import HostileCache
 
@@ -66,3 +67,22 @@ def test_transfers_is_checked(tmp_path: Path) -> None:
     assert load_settings(tmp_path, env={"HEFBUILD_REMOTE_TRANSFERS": "8"}).cache.transfers == 8
     (tmp_path / "hefbuild.toml").write_text('[cache]\nremote = "http://127.0.0.1:1"\n')
     assert load_settings(tmp_path, env={}).cache.transfers == 4
+
+
+@pytest.mark.parametrize("transfers", [1, 4])
+def test_a_stage_that_runs_fetches_its_inputs_up_to_transfers_at_once(
+        tmp_path: Path, slow: HostileCache, transfers: int) -> None:
+    """download = "minimal": verify reads fetch's two files, then compile's one."""
+    ci, _ = machine(tmp_path, "ci", slow.url, transfers, upload=True)
+    assert run_all(ci) == ["built"] * len(TASKS)
+    root = make_project(tmp_path / "dev" / "proj", cache_toml(
+        slow.url, extra=f'transfers = {transfers}\ndownload = "minimal"\n'))
+    assert run_all(engine(root, tmp_path / "dev" / "store", FakeExecutor())) == \
+        ["remote"] * len(TASKS)
+    edit(model_toml(root), "max_new_tokens = 16", "max_new_tokens = 24")
+    slow.max_in_flight.clear()
+    fake = FakeExecutor()
+    assert run_all(engine(root, tmp_path / "dev" / "store", fake)) == ["uptodate"] * 4 + \
+        ["built"]
+    assert fake.ran == [TASKS[-1]]
+    assert slow.max_in_flight["GET"] == min(transfers, 2)  # one upstream stage at a time

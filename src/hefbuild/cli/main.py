@@ -55,10 +55,29 @@ def help_words(args: list[str]) -> list[str]:
     return ["help", first] if first and not first.startswith("-") else ["help"]
 
 
+def download_option(args: list[str]) -> list[str]:
+    """`--download all|minimal` (or `--download=…`) anywhere: the run's `[cache] download`
+    (doit's parser knows no such option, so it leaves the command line as the setting's
+    environment override, which the settings check like the file's value)."""
+    out, i = [], 0
+    while i < len(args):
+        word = args[i]
+        if word == "--download" and i + 1 < len(args):
+            os.environ["HEFBUILD_REMOTE_DOWNLOAD"] = args[i + 1]
+            i += 2
+            continue
+        if word.startswith("--download="):
+            os.environ["HEFBUILD_REMOTE_DOWNLOAD"] = word.partition("=")[2]
+        else:
+            out.append(word)
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from ..declare.project import find_root
 
-    args = help_words(list(sys.argv[1:] if argv is None else argv))
+    args = help_words(download_option(list(sys.argv[1:] if argv is None else argv)))
     sys.argv[1:] = args  # the task loader and the reporter read the command line too
     try:
         os.chdir(find_root(Path.cwd()))

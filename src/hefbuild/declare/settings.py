@@ -55,9 +55,12 @@ DEFAULT_MIN_RATE = 1 << 20
 DEFAULT_WORKER = "hefbuild"  # not the hostname: CI machines' names would leak into the cache
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]+:[A-Za-z0-9+/]{43}=$")  # name:base64(32 bytes)
 _CACHE_KEYS = {"remote", "upload", "timeout", "min_rate", "worker", "trusted_keys",
-               "signing_key", "ca_bundle", "transfers"}
+               "signing_key", "ca_bundle", "transfers", "download"}
 DEFAULT_TRANSFERS = 4  # blobs in flight at once, each way
 MAX_TRANSFERS = 64
+# "minimal": a remote hit records its outputs' digests and fetches their bytes only when
+# something reads them; "all": every hit downloads every output into the store and build/.
+DOWNLOAD_MODES = ("minimal", "all")
 _SECRET_KEYS = {"token", "password", "user", "username", "auth"}
 
 
@@ -89,6 +92,11 @@ class CacheSettings:
     ca_bundle: Path | None = None
     credentials: Credentials = field(default_factory=Credentials)
     transfers: int = DEFAULT_TRANSFERS
+    download: str = "all"  # one of DOWNLOAD_MODES
+
+    @property
+    def minimal(self) -> bool:
+        return self.download == "minimal"
 
     @property
     def shown(self) -> str:
@@ -192,6 +200,7 @@ def _cache(table: dict[str, Any], env: dict[str, str], root: Path) -> CacheSetti
                         "ca_bundle", root),
         credentials=_credentials(remote, url_creds, env),
         transfers=_transfers(env.get("HEFBUILD_REMOTE_TRANSFERS", table.get("transfers"))),
+        download=_download(env.get("HEFBUILD_REMOTE_DOWNLOAD", table.get("download"))),
     )
 
 
@@ -278,6 +287,15 @@ def _transfers(value: Any) -> int:
         raise SpecError(SETTINGS_FILE, "cache.transfers (or HEFBUILD_REMOTE_TRANSFERS)",
                         f"blobs in flight at once, 1 to {MAX_TRANSFERS}, got {value!r}")
     return n
+
+
+def _download(value: Any) -> str:
+    if value is None or value == "":
+        return "all"
+    if value not in DOWNLOAD_MODES:
+        raise SpecError(SETTINGS_FILE, "cache.download (or HEFBUILD_REMOTE_DOWNLOAD)",
+                        f'"minimal" or "all", got {value!r}')
+    return str(value)
 
 
 def _worker(value: Any) -> str:

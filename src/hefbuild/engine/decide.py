@@ -3,6 +3,7 @@ build/ holds and whether the store has the key's result. Nothing here writes."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from ..plan.actions import Action
 from ..plan.key import ActionKey, short_reason
 from ..store.events import Outcome, read_json
 from .context import Context
-from .keys import MANIFEST, KeyMaker
+from .keys import IN_REMOTE, MANIFEST, KeyMaker
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,10 @@ class Decider:
         return f"{broken} in build/ was changed or removed", f"{broken} changed in build/"
 
     def _first_changed_output(self, stage_dir: Path, manifest: dict[str, Any]) -> str | None:
+        remote_only = set(manifest.get(IN_REMOTE, ()))  # absent by design, decided by digest
         for rel, out in sorted(manifest.get("outputs", {}).items()):
+            if rel in remote_only and not os.path.lexists(stage_dir / rel):
+                continue
             try:
                 if self.ctx.stats.digest(stage_dir / rel).hex != out["digest"]:
                     return rel

@@ -35,6 +35,7 @@ from .fastpath import FastPath, fast_path_of
 from .find import Finder
 from .install import Installer
 from .keys import MANIFEST, KeyMaker
+from .lazy import Lazy
 from .memo import VerdictMemo
 from .record import Recorder
 from .share import RemoteTier
@@ -70,6 +71,7 @@ class Engine:
         self.builder = Builder(self.ctx, ExecutorChoice(self.ctx, executor), self.installer,
                                self.tier)
         self.recorder = Recorder(self.ctx)
+        self.lazy = Lazy(self.ctx, self.tier)
 
     # -- what doit asks ----------------------------------------------------------------
 
@@ -129,12 +131,64 @@ class Engine:
                     found = self.finder.local(action, key)
                     if found is not None:  # another process built it while we waited
                         return install(action, key, Outcome.RESTORED, found, {}, start)
-                    fetched = self.finder.remote_hit(action, key)
-                    if fetched is not None:
-                        return install(action, key, Outcome.REMOTE, *fetched, start)
+                    found_remote = self._remote_hit(action, key, start)
+                    if found_remote is not None:
+                        return found_remote
+            if not self._inputs_ready(action, key):  # an upstream rebuilt with other bytes
+                return self._realize(action, self.decide(action), force, start)
             record, extra = self.builder.build(action, key, start)
         self.tier.upload(record)
         return Outcome.BUILT, record, extra
+
+    def _remote_hit(self, action: Action, key: ActionKey, start: float,
+                    ) -> tuple[Outcome, Record, dict[str, Any]] | None:
+        lazy = self.lazy.lazy_hit(action)
+        fetched = self.finder.remote_hit(action, key, lazy)
+        if fetched is None:
+            return None
+        extra = {"bytes": fetched.bytes, "remote_seconds": round(fetched.seconds, 3)}
+        if fetched.lazy:
+            return self.installer.install_lazy(action, key, fetched.record, fetched.log_size,
+                                               extra, start)
+        return self.installer.install(action, key, Outcome.REMOTE, fetched.record, extra,
+                                      start)
+
+    def _inputs_ready(self, action: Action, key: ActionKey) -> bool:
+        """Before a rule runs, every upstream output it reads is in build/: fetched when the
+        remote cache kept its bytes, built here when the cache no longer has them. False
+        when that changed the stage's key (a rebuilt upstream came out different)."""
+        rebuilt = False
+        for up in action.upstream:
+            up_action = self.actions[f"{up}:{action.model}"]
+            if not self.lazy.materialize(up_action):
+                self._build_evicted(up_action)
+                rebuilt = True
+        return not rebuilt or self.keys.key_of(action).hex == key.hex
+
+    def _build_evicted(self, action: Action) -> None:
+        """An upstream result whose bytes the remote cache lost after the decision: built
+        here (its own inputs first), recorded and shared as any build; never a failure."""
+        self.ctx.warn(f"{action.task}: an output is no longer to be had from the remote "
+                      f"cache (evicted, or wrong bytes); building it here")
+        start = time.monotonic()
+        key = self.keys.key_of(action)
+        self._inputs_ready(action, key)
+        key = self.keys.key_of(action)
+        with self.store.building(key.hex, lambda: self._say_waiting(action, key)):
+            record, extra = self.builder.build(action, key, start)
+        self.tier.upload(record)
+        self.recorder.done(action, key, Outcome.BUILT, record,
+                           {**extra, "why": "evicted from the remote cache"}, start)
+
+    def fetch_outputs(self, task: str, names: list[str] | None = None,
+                      log: bool = False) -> int:
+        """What a person asked for (`doit fetch`, an artifact alias, a keep task) into
+        build/: from the remote cache, else built here. The bytes fetched."""
+        action = self.actions[task]
+        before = self.lazy.moved
+        if not self.lazy.materialize(action, names, log):
+            self._build_evicted(action)
+        return self.lazy.moved - before
 
     # -- what the commands and the tests ask --------------------------------------------
 

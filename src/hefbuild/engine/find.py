@@ -3,7 +3,7 @@ result is, before anything of it reaches build/), then the remote cache."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..plan.actions import Action
 from ..plan.key import ActionKey
@@ -11,6 +11,9 @@ from ..store.outputs import fits_declared
 from ..store.store import Record
 from .context import Context
 from .share import RemoteTier
+
+if TYPE_CHECKING:
+    from ..remote.cache import Fetched
 
 
 class Finder:
@@ -29,5 +32,5 @@ class Finder:
         store.drop_record(key.hex)
         return None
 
-    def remote_hit(self, action: Action, key: ActionKey) -> tuple[Record, dict[str, Any]] | None:
-        return self.remote.fetch(action, key)
+    def remote_hit(self, action: Action, key: ActionKey, lazy: bool = False) -> Fetched | None:
+        return self.remote.fetch(action, key, lazy)

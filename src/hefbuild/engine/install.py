@@ -17,7 +17,7 @@ from ..store.events import Outcome
 from ..store.store import Record
 from ..store.storelock import register_project
 from .context import Context
-from .keys import MANIFEST
+from .keys import IN_REMOTE, MANIFEST
 
 LOG = "log.txt"
 
@@ -38,6 +38,19 @@ class Installer:
         self.ctx.store.touch(key.hex)
         return outcome, record, extra
 
+    def install_lazy(self, action: Action, key: ActionKey, record: Record, log_size: int,
+                     extra: dict[str, Any], start: float,
+                     ) -> tuple[Outcome, Record, dict[str, Any]]:
+        """A remote hit whose bytes stay in the remote cache: the folder holds its manifest
+        alone, which names every output with its digest (what downstream keys are made
+        of) and lists what is not there under `in_remote` (engine/lazy.py)."""
+        self._register()
+        manifest = manifest_of(action, key, record, Outcome.REMOTE, time.monotonic() - start)
+        manifest["log"] = {"digest": record.log, "size": log_size}
+        manifest[IN_REMOTE] = sorted(record.outputs) + [LOG]
+        self._materialize(action, record, manifest, files=False)
+        return Outcome.REMOTE, record, {**extra, "in_remote": len(record.outputs)}
+
     def _register(self) -> None:
         """Once per invocation that puts anything in build/ (never on a no-op): the project
         is known to `doit gc`, and the digest table is pruned (at most once a day)."""
@@ -46,17 +59,20 @@ class Installer:
             self.ctx.stats.prune()
             self._registered = True
 
-    def _materialize(self, action: Action, record: Record, manifest: dict[str, Any]) -> None:
+    def _materialize(self, action: Action, record: Record, manifest: dict[str, Any],
+                     files: bool = True) -> None:
         store = self.ctx.store
         final = self.ctx.paths.root / action.out_dir
         for stale in final.parent.glob(f".{action.stage}.*-*"):
             shutil.rmtree(stale, ignore_errors=True)  # left by a killed run; we hold the lock
         staging = final.parent / f".{action.stage}.new-{os.getpid()}"
-        for rel, out in record.outputs.items():
+        staging.mkdir(parents=True, exist_ok=True)
+        for rel, out in record.outputs.items() if files else ():
             store.materialize(out.digest, staging / rel)
-        # A copy, not a link: an edit of build/'s log must not reach the store and the
-        # other projects (logs are bounded, so a copy is cheap).
-        store.copy_out(record.log, staging / LOG)
+        if files:
+            # A copy, not a link: an edit of build/'s log must not reach the store and the
+            # other projects (logs are bounded, so a copy is cheap).
+            store.copy_out(record.log, staging / LOG)
         (staging / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1))
         _swap_dir(staging, final)
         self.ctx.fast.forget(action.out_dir)

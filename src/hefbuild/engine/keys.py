@@ -4,6 +4,7 @@ environment (plan/key.py makes the canonical description and its digest)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import SpecError, StageError
@@ -13,6 +14,9 @@ from ..store.events import read_json
 from .context import Context
 
 MANIFEST = "manifest.json"
+# The manifest's list of the stage's files that are in the remote cache, not in its folder
+# (`[cache] download = "minimal"`, engine/lazy.py): their digests are the manifest's.
+IN_REMOTE = "in_remote"
 
 
 class KeyMaker:
@@ -77,8 +81,12 @@ class KeyMaker:
             if manifest is None:
                 raise StageError(f"{action.task}: upstream {up}:{action.model} has no result in "
                                  f"build/ (run it first)")
+            remote_only = set(manifest.get(IN_REMOTE, ()))
             for rel in sorted(manifest["outputs"]):
                 path = root / f"build/{action.model}/{up}" / rel
+                if rel in remote_only and not os.path.lexists(path):
+                    digests[f"{up}/{rel}"] = manifest["outputs"][rel]["digest"]
+                    continue
                 try:
                     digests[f"{up}/{rel}"] = self.ctx.stats.digest(path).hex
                 except OSError as exc:

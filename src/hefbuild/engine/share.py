@@ -4,7 +4,7 @@ queue in the store so that a `kill -9` between storing and uploading loses nothi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..plan.actions import Action
 from ..plan.key import ActionKey
@@ -13,7 +13,7 @@ from ..store.upload_queue import UploadQueue
 from .context import Context
 
 if TYPE_CHECKING:
-    from ..remote.cache import RemoteCache
+    from ..remote.cache import Fetched, RemoteCache
 
 
 class RemoteTier:
@@ -33,16 +33,13 @@ class RemoteTier:
                 self._cache = RemoteCache(settings, self.ctx.warn)
         return self._cache or None
 
-    def fetch(self, action: Action, key: ActionKey) -> tuple[Record, dict[str, Any]] | None:
-        """The remote cache's verified result, now in the local store; None on a miss."""
+    def fetch(self, action: Action, key: ActionKey, lazy: bool = False) -> Fetched | None:
+        """The remote cache's verified result, now in the local store (`lazy`: its blobs
+        only checked present, engine/lazy.py); None on a miss."""
         cache = self.cache
         if cache is None:
             return None
-        fetched = cache.fetch(key.hex, self.ctx.store, action.task, action.outputs)
-        if fetched is None:
-            return None
-        return fetched.record, {"bytes": fetched.bytes,
-                                "remote_seconds": round(fetched.seconds, 3)}
+        return cache.fetch(key.hex, self.ctx.store, action.task, action.outputs, lazy)
 
     def queue(self, action: Action, key: ActionKey) -> None:
         """Before a result is recorded: a `kill -9` before its upload leaves it queued."""

@@ -53,9 +53,9 @@ from .reapi import (
     ReapiDecodeError,
     SignatureMessage,
     decode_action_result,
-    decode_signature,
     encode_action_result,
     encode_signature,
+    signatures_of,
 )
 from .signing import SigningKey, verify_raw
 from .transport import Transport, transport_for
@@ -79,6 +79,8 @@ class Fetched:
     record: Record
     bytes: int  # downloaded (blobs already in the local store are not fetched again)
     seconds: float
+    log_size: int = 0
+    lazy: bool = False  # only checked present: the record is not in the local store
 
 
 class RemoteCache:
@@ -101,9 +103,11 @@ class RemoteCache:
     # -- reading ---------------------------------------------------------------------
 
     def fetch(self, key: str, store: Store, task: str,
-              declared: tuple[str, ...] | None = None) -> Fetched | None:
+              declared: tuple[str, ...] | None = None, lazy: bool = False) -> Fetched | None:
         """The verified result of `key`, inserted into `store`; None on any miss.
-        `declared`: the stage's outputs, which the record must name exactly."""
+        `declared`: the stage's outputs, which the record must name exactly. `lazy`: the
+        blobs are only checked present with their sizes (HEAD), none is downloaded, and the
+        record stays out of the store (which holds only records whose objects it has)."""
         if self._off is not None:
             return None
         start = time.monotonic()
@@ -114,6 +118,8 @@ class RemoteCache:
             record, blobs = self._trusted_record(key, raw, task, declared)
             wanted = {d: size for d, size in blobs.items() if not store.verify(d)}
             self._all_present(wanted, task)
+            if lazy:
+                return Fetched(record, 0, time.monotonic() - start, blobs[record.log], True)
             got = sum(self._each(self._download, [(d, size, store, task)
                                                   for d, size in sorted(wanted.items())]))
         except _Miss as miss:
@@ -124,7 +130,20 @@ class RemoteCache:
             self._switch_off(exc, "reading")
             return None
         store.put_record(record)
-        return Fetched(record, got, time.monotonic() - start)
+        return Fetched(record, got, time.monotonic() - start, blobs[record.log])
+
+    def fetch_blob(self, digest: str, size: int, store: Store) -> int | None:
+        """One blob by digest into `store`, verified: the bytes moved, or None when the
+        cache lacks it, serves other bytes, or is off (the caller builds it instead)."""
+        if self._off is not None:
+            return None
+        try:
+            return self._retry(self._blobs.download, digest, store, size)
+        except BadBlob as exc:
+            self._warn(f"remote cache {self.shown}: {exc}; not trusted, built locally")
+        except RemoteError as exc:
+            self._switch_off(exc, "reading")
+        return None
 
     def _trusted_record(self, key: str, raw: bytes, task: str,
                         declared: tuple[str, ...] | None) -> tuple[Record, dict[str, int]]:
@@ -167,7 +186,7 @@ class RemoteCache:
         trusted = self.settings.trusted_keys
         if not trusted:
             return
-        signatures = _signatures(entry)
+        signatures = signatures_of(entry)
         if not signatures:
             raise _Miss(f"the entry for {task} is unsigned; only entries signed by a trusted "
                         f"key are used (ignored, building locally)")
@@ -276,7 +295,7 @@ class RemoteCache:
         mine = (self._signer.public(),)
         return ref is not None and any(
             verify_raw(s.key_name, s.signature, record.key, ref.hash, mine)
-            for s in _signatures(entry))
+            for s in signatures_of(entry))
 
     def _entry(self, record: Record, ref: BlobRef, store: Store) -> ActionResultMessage:
         files = tuple(OutputEntry(rel, BlobRef(o.digest, o.size))
@@ -330,17 +349,6 @@ class RemoteCache:
         self._off = exc.problem
         self._warn(f"remote cache {self.shown} {exc} while {doing}; building locally without "
                    f"it for the rest of this run")
-
-
-def _signatures(entry: ActionResultMessage) -> list[SignatureMessage]:
-    found = []
-    for meta in entry.auxiliary:
-        if meta.type_url == SIGNATURE_TYPE:
-            try:
-                found.append(decode_signature(meta.value))
-            except ReapiDecodeError:
-                continue  # a malformed signature vouches for nothing
-    return found
 
 
 def _record_ref(entry: ActionResultMessage) -> BlobRef | None:

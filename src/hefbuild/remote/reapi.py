@@ -258,3 +258,15 @@ def decode_signature(data: bytes) -> SignatureMessage:
         raise
     except ValueError as exc:  # bad UTF-8
         raise ReapiDecodeError(str(exc)) from exc
+
+
+def signatures_of(entry: ActionResultMessage) -> list[SignatureMessage]:
+    """The entry's well-formed signatures (a malformed one vouches for nothing)."""
+    found = []
+    for meta in entry.auxiliary:
+        if meta.type_url == SIGNATURE_TYPE:
+            try:
+                found.append(decode_signature(meta.value))
+            except ReapiDecodeError:
+                continue
+    return found

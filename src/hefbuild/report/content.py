@@ -228,7 +228,8 @@ def stage_of(model: str, stage: str, snap: Snapshot, lines: list[dict[str, Any]]
                  and e.get("key") == manifest.get("key")), {})
     return Stage(stage, state, manifest.get("seconds"), manifest.get("build_seconds"),
                  manifest.get("peak_rss_mb"), manifest.get("key"), last_run,
-                 env=made.get("env"), env_s=made.get("env_s"))
+                 env=made.get("env"), env_s=made.get("env_s"),
+                 in_remote=tuple(manifest.get("in_remote", ())))
 
 
 def check_of(model: str, stage: str, chain: Chain, snap: Snapshot,

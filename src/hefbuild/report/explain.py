@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.engine import MANIFEST, Engine
+from ..engine.lazy import in_remote
 from ..errors import HefbuildError
 from ..plan.key import diff_descriptions
 from ..store.events import Outcome, read_events, read_json
@@ -40,6 +41,7 @@ class TaskStatus:
     key: str = ""
     upstream: str = ""  # for AFTER: the earliest upstream task that would run
     decided: str = ""  # the engine's own words (what `doit explain` says first)
+    in_remote: tuple[str, ...] = ()  # up to date, these files in the remote cache only
 
     @property
     def will_run(self) -> bool:
@@ -58,7 +60,8 @@ def status_of(engine: Engine, task: str) -> TaskStatus:
         return TaskStatus(task, REFUSED, str(exc))
     key = decision.key.hex
     if decision.outcome is Outcome.UPTODATE:
-        return TaskStatus(task, UPTODATE, "", key=key)
+        return TaskStatus(task, UPTODATE, "", key=key,
+                          in_remote=tuple(in_remote(engine.paths.root, action.out_dir)))
     manifest = read_json(engine.paths.root / action.out_dir / MANIFEST)
     changes: tuple[str, ...] = ()
     if manifest is not None and "description" in manifest:
@@ -88,7 +91,8 @@ def explain_task(engine: Engine, task: str) -> list[str]:
     if status.kind == REFUSED:
         return [f"{task}: would fail: {status.reason}"]
     if status.kind == UPTODATE:
-        return [f"{task}: up to date (key {status.key[:12]})"] + _emulation(engine, task)
+        return [f"{task}: up to date (key {status.key[:12]})"] + _remote_only(status) + \
+            _emulation(engine, task)
     lines = [f"{task}: {_WOULD[status.kind]} ({status.decided})"]
     lines += _last_failure(engine, task)
     if status.kind == FAILED:
@@ -101,6 +105,13 @@ def explain_task(engine: Engine, task: str) -> list[str]:
         lines.append(f"  no stored result for key {status.key[:12]}: rules/{action.rule} "
                      f"would run")
     return lines
+
+
+def _remote_only(status: TaskStatus) -> list[str]:
+    if not status.in_remote:
+        return []
+    return [f"  in the remote cache, not in build/: {', '.join(status.in_remote)} "
+            f"(`doit fetch {status.task}` brings them)"]
 
 
 def last_failure(root: Path, model: str, stage: str, key: str) -> str:

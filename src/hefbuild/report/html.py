@@ -150,6 +150,9 @@ def _stage_row(s: Stage) -> str:
     if s.env_s:  # kept out of its seconds: the environment is not the stage's work
         note += (f"its build first got venv toolchain {escape(s.env or '')} ready: "
                  f"{_secs(s.env_s)} s")
+    if s.in_remote:
+        note += (f"in the remote cache, not in build/: {escape(', '.join(s.in_remote))} "
+                 f"(<code>doit fetch</code> brings them)")
     if s.log:
         note += f' <a href="{_href(s.log)}">{escape(s.log)}</a>'
     return (f'<tr data-stage="{escape(s.name)}"><td>{escape(s.name)}</td>'

@@ -37,7 +37,8 @@ def _summary_line(counts: dict) -> str:
 
 def _row(model: ModelReport) -> str:
     check = next((c for c in model.checks if c.stage == model.check), None)
-    stages = ", ".join(_stage(s.name, s.last_run, s.state) for s in model.stages)
+    stages = ", ".join(_stage(s.name, s.last_run, s.state) +
+                       (" (in the remote cache)" if s.in_remote else "") for s in model.stages)
     return f"| `{model.name}` | {model.target} | {_verdict(check)} | {stages} |"
 
 

@@ -73,6 +73,8 @@ class Stage:
     # that took (not in `seconds`: engine/envs.py).
     env: str | None = None
     env_s: float | None = None
+    # Files of the result that are in the remote cache, not in build/ (download = "minimal")
+    in_remote: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from .explain import AFTER, BUILD, FAILED, NEVER, REFUSED, RESTORE, UPTODATE, Ta
 CELL = {UPTODATE: "ok", RESTORE: "restore", BUILD: "BUILD", NEVER: "new", AFTER: "after",
         REFUSED: "REFUSED", FAILED: "FAILED"}
 RUNNING = "running"
+REMOTE = "remote"  # up to date, its bytes in the remote cache only (download = "minimal")
 
 
 def grid(models: dict[str, tuple[str, list[TaskStatus]]], running: dict[str, str]) -> list[str]:
@@ -27,7 +28,7 @@ def grid(models: dict[str, tuple[str, list[TaskStatus]]], running: dict[str, str
         lines.append(f"{target:<{width}}  " + "  ".join(
             f"{st:<{w}}" for st, w in zip(stages, cols, strict=True)))
         for name in names:
-            cells = [RUNNING if s.task in running else CELL[s.kind] for s in models[name][1]]
+            cells = [RUNNING if s.task in running else _cell(s) for s in models[name][1]]
             lines.append(f"{name:<{width}}  " + "  ".join(
                 f"{c:<{w}}" for c, w in zip(cells, cols, strict=True)).rstrip())
         lines.append("")
@@ -46,6 +47,9 @@ def details(statuses: list[TaskStatus], running: dict[str, str]) -> list[str]:
             waiting.setdefault(s.upstream, []).append(s.task.split(":", 1)[0])
             continue
         if s.kind == UPTODATE:
+            if s.in_remote:
+                lines.append(f"   {s.task}: up to date, in the remote cache (not in build/: "
+                             f"{', '.join(s.in_remote)}; `doit fetch {s.task}` brings them)")
             continue
         text = {RESTORE: f"would restore from the store ({s.reason})",
                 BUILD: f"would build: {s.reason}",
@@ -64,7 +68,15 @@ def totals(statuses: list[TaskStatus]) -> str:
     for s in statuses:
         counts[s.kind] = counts.get(s.kind, 0) + 1
     order = (UPTODATE, RESTORE, BUILD, NEVER, FAILED, AFTER, REFUSED)
-    return ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k)) or "no tasks"
+    remote = sum(1 for s in statuses if s.kind == UPTODATE and s.in_remote)
+    return ", ".join(f"{counts[k]} {k}" + (f" ({remote} in the remote cache)"
+                                           if k == UPTODATE and remote else "")
+                     for k in order if counts.get(k)) or "no tasks"
+
+
+def _cell(status: TaskStatus) -> str:
+    """An up-to-date stage whose bytes stayed in the remote cache says so."""
+    return REMOTE if status.kind == UPTODATE and status.in_remote else CELL[status.kind]
 
 
 def task_rows(statuses: list[TaskStatus], running: dict[str, str]) -> list[str]:
@@ -75,8 +87,10 @@ def task_rows(statuses: list[TaskStatus], running: dict[str, str]) -> list[str]:
     width = max(len(s.task) for s in statuses)
     lines = []
     for s in statuses:
-        cell = RUNNING if s.task in running else CELL[s.kind]
+        cell = RUNNING if s.task in running else _cell(s)
         why = "" if s.kind == UPTODATE else s.reason
+        if s.kind == UPTODATE and s.in_remote:
+            why = f"in the remote cache (not in build/: {', '.join(s.in_remote)})"
         if s.kind == AFTER:
             why = f"after {s.upstream}: {s.reason}"
         lines.append(f"{s.task:<{width}}  {cell:<7}  {why}".rstrip())

@@ -35,6 +35,7 @@ def outcome_counts(events: list[dict[str, Any]], uptodate: list[str]) -> dict[st
             continue
         counts[outcome] += 1
         if outcome == Outcome.REMOTE.value:
+            counts["left_remote"] = counts.get("left_remote", 0) + bool(event.get("in_remote"))
             counts["remote_bytes"] += int(event.get("bytes", 0))
             counts["remote_seconds"] += float(event.get("remote_seconds", 0.0))
     counts["remote_seconds"] = round(counts["remote_seconds"], 3)
@@ -59,8 +60,10 @@ def summary_line(counts: dict[str, Any], wall: float | None = None, critical: st
     for outcome, label in _LABELS.items():
         text = f"{counts.get(outcome.value, 0)} {label}"
         if outcome is Outcome.REMOTE and counts.get(outcome.value):
+            left = counts.get("left_remote", 0)
             text += f" ({human_bytes(counts['remote_bytes'])} in " \
-                    f"{counts['remote_seconds']:.1f} s)"
+                    f"{counts['remote_seconds']:.1f} s" + \
+                    (f"; {left} left in the remote cache)" if left else ")")
         parts.append(text)
     line = "hefbuild: " + ", ".join(parts)
     if wall is not None:
