@@ -21,6 +21,7 @@ from ..declare.targets import Keep
 from ..declare.variants import VARIANT_SEP
 from ..errors import HefbuildError
 from ..plan.actions import Action, artifact_task, task_name
+from .depfile import SlimCodec
 from .hooks import DigestChecker, HefbuildReporter
 from .selection import left_out, models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, forced, only_models, project_at
@@ -167,6 +168,7 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
         # and a JSON decode per task.
         "dep_file": f"{STATE_DIR}/doit.json",
         "backend": "json",
+        "codec_cls": SlimCodec,  # without the stages' results, which nothing reads back
         "check_file_uptodate": DigestChecker.bound_to(str(project.paths.root)),
         "reporter": HefbuildReporter.bound_to(str(project.paths.root)),
         "default_tasks": [task_name(m.pipeline.check, m.name) for m in project.models.values()
