@@ -235,7 +235,7 @@ class HefbuildReporter(ConsoleReporter):
             return
         broken = project_at(self.root).broken if groups else {}
         table = rows(Path(self.root), wanted, self._succeeded, self._failed, self._blocked,
-                     broken, groups, checks)
+                     broken, groups, checks, fast_path_at(self.root).note)
         for line in table_lines(table, checks):
             self.write(line + "\n")
 
