@@ -8,6 +8,7 @@ verdicts) equals a second fresh engine's full decision (`decide`, which computes
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import shutil
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from fakes.fake_executor import FakeExecutor
 
 from hefbuild.declare.project import load_project
 from hefbuild.engine.engine import Engine
+from hefbuild.engine.fastpath import FastPath, Verdict
 from hefbuild.plan.projectcache import load_project_cached
 from hefbuild.store.events import EventLog, Outcome, rotate
 
@@ -103,6 +105,43 @@ def test_a_damaged_fast_path_file_is_ignored(built, make_engine, root):
     saved(built)
     (root / ".hefbuild" / "fastpath.bin").write_bytes(b"\x00garbage")
     assert all(make_engine().is_uptodate(t) for t in TASKS)
+
+
+def test_an_answer_is_given_again_only_while_its_verdict_and_files_stand(tmp_path):
+    """The preflight and doit's check both ask every task; the second asking is answered
+    from the first, so anything that can change the answer must forget it."""
+    out = tmp_path / "build" / "m" / "a" / "out.txt"
+    out.parent.mkdir(parents=True)
+    out.write_text("1")
+    fast = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = fast.indexes(["build/m/a/out.txt"])
+    fast.record("b:m", Verdict(fast.fingerprint("s", paths), "k1", paths))
+    assert fast.still_uptodate("b:m", "s") == "k1"
+    assert fast.still_uptodate("b:m", "other stamp") is None
+    out.unlink()
+    out.write_text("2")  # replaced, as the engine replaces a stage dir it rebuilds
+    fast.forget("build/m/a")  # which the engine says
+    assert fast.still_uptodate("b:m", "s") is None
+    fast.record("b:m", Verdict(fast.fingerprint("s", paths), "k2", paths))
+    assert fast.still_uptodate("b:m", "s") == "k2"
+    fast.drop("b:m")
+    assert fast.still_uptodate("b:m", "s") is None
+
+
+def test_a_damaged_entry_loses_its_own_verdict_only(tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("1")
+    fast = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = fast.indexes(["out.txt"])
+    for task in ("a:m", "b:m"):
+        fast.record(task, Verdict(fast.fingerprint("s", paths), "k", paths))
+    fast.save()
+    doc = marshal.loads((tmp_path / "fastpath.bin").read_bytes())
+    doc["tasks"]["a:m"] = 7
+    (tmp_path / "fastpath.bin").write_bytes(marshal.dumps(doc))
+    again = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    assert again.still_uptodate("a:m", "s") is None
+    assert again.still_uptodate("b:m", "s") == "k"
 
 
 def test_a_built_task_leaves_a_verdict_the_next_invocation_uses(make_engine):

@@ -54,9 +54,14 @@ class FastPath:
         self._stamp_of = stamp_of
         self._stamps: dict[str, str] = {}
         self._paths: list[str] = []
-        self._index: dict[str, int] = {}
+        self._index: dict[str, int] | None = None  # made when a path is first looked up
         self._sigs: dict[int, bytes] = {}  # path index -> its stat signature, this invocation
-        self._verdicts: dict[str, Verdict] | None = None
+        # A verdict as read (a tuple) until it is asked for: a no-op of one model of 1000
+        # reads the file but needs five of them.
+        self._verdicts: dict[str, Verdict | tuple] | None = None
+        # (task, stamp) -> still_uptodate's answer, while no verdict and no signature
+        # changed: the preflight and doit's uptodate check both ask it of every task.
+        self._answers: dict[tuple[str, str], str | None] = {}
         self._dirty = False
 
     def stamp(self, toolchain: str) -> str:
@@ -73,11 +78,14 @@ class FastPath:
 
     def indexes(self, rels: list[str] | tuple[str, ...]) -> tuple[int, ...]:
         self._load()
+        if self._index is None:
+            self._index = {rel: i for i, rel in enumerate(self._paths)}
+        index = self._index
         out = []
         for rel in rels:
-            i = self._index.get(rel)
+            i = index.get(rel)
             if i is None:
-                i = self._index[rel] = len(self._paths)
+                i = index[rel] = len(self._paths)
                 self._paths.append(rel)
             out.append(i)
         return tuple(out)
@@ -106,43 +114,68 @@ class FastPath:
         prefix = rel_dir.rstrip("/") + "/"
         for i in [i for i in self._sigs if self._paths[i].startswith(prefix)]:
             del self._sigs[i]
+        self._answers.clear()  # any answer may have read one of them
 
     def paths(self, verdict: Verdict) -> list[str]:
         return [self._paths[i] for i in verdict.paths]
 
     # -- verdicts --------------------------------------------------------------------
 
+    def verdict(self, task: str) -> Verdict | None:
+        verdicts = self._load()
+        verdict = verdicts.get(task)
+        if verdict is not None and not isinstance(verdict, Verdict):
+            try:
+                verdict = verdicts[task] = Verdict(*verdict)
+            except TypeError:  # a damaged entry: no verdict
+                verdicts.pop(task)
+                return None
+        return verdict
+
     def note(self, task: str) -> str:
-        verdict = self._load().get(task)
+        verdict = self.verdict(task)
         return verdict.note if verdict is not None else ""
 
     def still_uptodate(self, task: str, stamp: str) -> str | None:
-        """The key of the task's last up-to-date verdict, if nothing it read has changed."""
-        verdict = self._load().get(task)
+        """The key of the task's last up-to-date verdict, if nothing it read has changed.
+        Asked again in this invocation, the same answer: it is forgotten whenever a verdict
+        or a file's signature is (the signatures are this invocation's, stat-ed once)."""
+        asked = (task, stamp)
+        if asked in self._answers:
+            return self._answers[asked]
+        verdict = self.verdict(task)
         if verdict is None:
-            return None
-        try:
-            same = self.fingerprint(stamp, verdict.paths) == verdict.fingerprint
-        except IndexError:  # a damaged file names a path it does not hold
-            same = False
-        return verdict.key if same else None
+            key = None
+        else:
+            try:
+                same = self.fingerprint(stamp, verdict.paths) == verdict.fingerprint
+            except (IndexError, TypeError):  # a damaged file names a path it does not hold
+                same = False
+            key = verdict.key if same else None
+        self._answers[asked] = key
+        return key
 
     def record(self, task: str, verdict: Verdict) -> None:
-        verdicts = self._load()
-        if verdicts.get(task) != verdict:
-            verdicts[task] = verdict
+        if self.verdict(task) != verdict:
+            self._load()[task] = verdict
+            self._answers.clear()
             self._dirty = True
 
     def drop(self, task: str) -> None:
         if self._load().pop(task, None) is not None:
+            self._answers.clear()
             self._dirty = True
 
     def save(self) -> None:
         if not self._dirty or self._verdicts is None:
             return
         used: dict[int, int] = {}  # old index -> index in the saved table (drops dead paths)
-        tasks = {t: (v.fingerprint, v.key, tuple(used.setdefault(i, len(used)) for i in v.paths),
-                     v.note) for t, v in sorted(self._verdicts.items())}
+        tasks = {}
+        for t in sorted(self._verdicts):
+            v = self.verdict(t)
+            if v is not None:
+                tasks[t] = (v.fingerprint, v.key,
+                            tuple(used.setdefault(i, len(used)) for i in v.paths), v.note)
         doc = {"format": FORMAT, "paths": [self._paths[i] for i in used], "tasks": tasks}
         tmp = self._file.with_name(f".{self._file.name}.{os.getpid()}")
         try:
@@ -153,10 +186,9 @@ class FastPath:
             tmp.unlink(missing_ok=True)  # a cache: the next run takes the full path
         self._dirty = False
 
-    def _load(self) -> dict[str, Verdict]:
+    def _load(self) -> dict[str, Verdict | tuple]:
         if self._verdicts is None:
             self._paths, self._verdicts = _read(self._file)
-            self._index = {rel: i for i, rel in enumerate(self._paths)}
         return self._verdicts
 
 
@@ -174,12 +206,14 @@ def fast_path_of(project: Project) -> FastPath:
     return FastPath(project.paths.state / "fastpath.bin", project.paths.root, stamp)
 
 
-def _read(file: Path) -> tuple[list[str], dict[str, Verdict]]:
+def _read(file: Path) -> tuple[list[str], dict[str, Verdict | tuple]]:
     try:
         doc = marshal.loads(file.read_bytes())
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             return [], {}
-        paths = doc["paths"]
-        return paths, {task: Verdict(*raw) for task, raw in doc["tasks"].items()}
+        paths, tasks = doc["paths"], doc["tasks"]
+        if not isinstance(paths, list) or not isinstance(tasks, dict):
+            return [], {}
+        return paths, tasks  # each entry checked when asked for (`verdict`)
     except (OSError, ValueError, EOFError, KeyError, TypeError):
         return [], {}
