@@ -81,3 +81,26 @@ def test_a_ready_toolchain_changes_nothing(root: str):
     tasks, refused = run(root, f"hef:{HAILO}")
     assert refused is None
     assert {n: t.task_dep for n, t in tasks.items()} == before
+
+
+def test_only_a_task_known_up_to_date_with_all_before_it_skips_its_check(root: str,
+                                                                        monkeypatch):
+    """What the fast path answers up to date, with every task before it, doit is told is
+    up to date; from the first task that may run on, each keeps its uptodate check (its
+    upstream may be rebuilt first, so only the check after it can say)."""
+    from hefbuild.cli.session import fast_path_at
+    from hefbuild.cli.tasks import check_uptodate
+
+    stale = f"quantize:{CPU}"
+    monkeypatch.setattr(fast_path_at(root), "answer",
+                        lambda task, toolchain: None if task == stale else "key")
+    tasks, refused = run(root, f"verify:{CPU}")
+    assert refused is None
+    known = {n for n, t in tasks.items() if t.uptodate == [(True, None, None)]}
+    assert known == of(CPU, "fetch", "export")
+    for name in of(CPU, "quantize", "compile", "verify"):
+        assert [u[0] for u in tasks[name].uptodate] == [check_uptodate]
+    monkeypatch.setattr(fast_path_at(root), "answer", lambda task, toolchain: "key")
+    forced, _ = run(root, f"verify:{CPU}", "-a")  # `doit -a verify:m`: rebuilt, so checked
+    assert forced[f"verify:{CPU}"].uptodate[0][0] is check_uptodate
+    assert forced[f"compile:{CPU}"].uptodate == [(True, None, None)]

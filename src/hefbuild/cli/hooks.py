@@ -156,8 +156,10 @@ class HefbuildReporter(ConsoleReporter):
     def _cutoff(self, task: str) -> str:
         """Why a stage is up to date after its upstream ran again in this run: its key holds
         the upstream's output digests, so those bytes came out as they were (early cutoff)."""
-        action = actions_at(self.root).get(task)
         ran = getattr(self, "_ran", set())
+        if not ran:
+            return ""  # nothing ran before it (every stage of a no-op)
+        action = actions_at(self.root).get(task)
         if action and any(task_name(up, action.model) in ran for up in action.upstream):
             return "same bytes upstream"
         return ""
