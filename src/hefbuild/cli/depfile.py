@@ -22,10 +22,13 @@ def stage_result(value: Any) -> bool:
 
 
 def slim(entry: Any) -> Any:
-    """One task's record without the values and result of a stage."""
+    """One task's record without the values and result of a stage; None when nothing else
+    is left in it but what doit assumes of a record it does not have (the checker's name
+    and no file_dep: a stage has none, its key covers its inputs)."""
     if not isinstance(entry, dict) or not stage_result(entry.get("_values_:")):
         return entry
-    return {k: v for k, v in entry.items() if k not in _DOIT_VALUES}
+    left = {k: v for k, v in entry.items() if k not in _DOIT_VALUES}
+    return None if set(left) <= {"checker:", "deps:"} and not left.get("deps:") else left
 
 
 class SlimCodec:
@@ -38,9 +41,10 @@ class SlimCodec:
 
     def encode(self, data: Any) -> str:
         if isinstance(data, dict) and "_values_:" in data:
-            return self.encoder.encode(slim(data))
+            return self.encoder.encode(slim(data) or {})
         if isinstance(data, dict):
-            return self.encoder.encode({task: slim(entry) for task, entry in data.items()})
+            kept = ((task, slim(entry)) for task, entry in data.items())
+            return self.encoder.encode({task: entry for task, entry in kept if entry is not None})
         return self.encoder.encode(data)
 
     def decode(self, data: str) -> Any:
