@@ -155,7 +155,8 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
                             set(project.toolchains))
     _say_declaration_problems(project, selected)
     selected = _without_manual(project, selected)
-    typo = unknown_task(sys.argv[1:], task_names(project))
+    # With `selected`, every task word already names a task of one of those models.
+    typo = unknown_task(sys.argv[1:], task_names(project, selected))
     if typo is not None:
         print(f"ERROR: {typo}", file=sys.stderr)
         raise SystemExit(3)
@@ -182,10 +183,13 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
     return config, task_hefbuild
 
 
-def task_names(project: Project) -> set[str]:
-    """Every task and group name the project's declarations make (no plan needed)."""
+def task_names(project: Project, only: set[str] | None = None) -> set[str]:
+    """Every task and group name the project's declarations make (no plan needed); with
+    `only`, those of these models (and every image task)."""
     names: set[str] = set()
-    for model in project.models.values():
+    models = project.models.values() if only is None else \
+        [project.models[m] for m in sorted(only) if m in project.models]
+    for model in models:
         bases = [s.name for s in model.pipeline.stages] + _extra_bases(model)
         if (model.source.hub or model.source.path) and not model.variant_of:
             bases.append("lock")
