@@ -15,13 +15,15 @@ def test_a_stage_keeps_doits_fields_and_loses_its_result():
                       "deps:": [], "ignore:": "1"},
           "export:m": {"_values_:": STAGE, "result:": STAGE, "checker:": "DigestChecker",
                        "deps:": []},
+          "written before": {"checker:": "DigestChecker", "deps:": []},
           "mine": {"_values_:": {"n": 3}, "result:": "0123", "deps:": ["in.txt"],
                    "in.txt": "digest"}}
     codec = SlimCodec()
     back = codec.decode(codec.encode(db))
     assert back == {"fetch:m": {"checker:": "DigestChecker", "deps:": [], "ignore:": "1"},
                     "mine": db["mine"]}  # a task of the user's own keeps its values
-    # export:m: nothing left that doit would read differently from no record at all
+    # export:m, and a stage's record an earlier run left slim: nothing in them that doit
+    # reads differently from no record at all
     assert json.loads(codec.encode(db)) == back  # plain JSON, as doit's codec writes
 
 

@@ -25,9 +25,11 @@ def slim(entry: Any) -> Any:
     """One task's record without the values and result of a stage; None when nothing else
     is left in it but what doit assumes of a record it does not have (the checker's name
     and no file_dep: a stage has none, its key covers its inputs)."""
-    if not isinstance(entry, dict) or not stage_result(entry.get("_values_:")):
+    if not isinstance(entry, dict):
         return entry
-    left = {k: v for k, v in entry.items() if k not in _DOIT_VALUES}
+    left = entry
+    if stage_result(entry.get("_values_:")):
+        left = {k: v for k, v in entry.items() if k not in _DOIT_VALUES}
     return None if set(left) <= {"checker:", "deps:"} and not left.get("deps:") else left
 
 
