@@ -27,6 +27,7 @@ from ..store.projectlock import ProjectLock
 from ..store.upload_queue import UploadQueue
 from .preflight import preflight
 from .session import actions_at, engine_for, fast_path_at, processes, project_at
+from .stagemark import STAGE
 
 
 class DigestChecker(FileChangedChecker):
@@ -90,7 +91,7 @@ class HefbuildReporter(ConsoleReporter):
         self._selected = list(selected_tasks or [])
         self._known = list(tasks)
         self._stage_total = self._refuse_missing_toolchains(tasks)
-        self._deps = {name: list(t.task_dep) for name, t in tasks.items()}
+        self._tasks = tasks  # their task_dep, for a parallel run's critical path at the end
         self._shown = 0  # stage lines written so far: the `[3/12]` count
         self._ran: set[str] = set()  # stages whose result in build/ changed in this run
         super().initialize(tasks, selected_tasks)
@@ -265,7 +266,8 @@ class HefbuildReporter(ConsoleReporter):
         chain is every task it ran, so it is not said."""
         if processes(sys.argv[1:]) < 2 or len({e.get("task") for e in events}) < 2:
             return ""
-        return path_text(critical_path(events, getattr(self, "_deps", {})))
+        deps = {name: list(t.task_dep) for name, t in getattr(self, "_tasks", {}).items()}
+        return path_text(critical_path(events, deps))
 
 
 def _stages_reached(tasks: dict[str, Any], selected: list[str]) -> set[str]:
@@ -300,7 +302,8 @@ def _size(path: Path) -> int:
 
 
 def _is_stage(task: Any) -> bool:
-    """A hefbuild stage task (its action is the engine's `run_task`), not a group, alias,
-    lock, image or keep task: which names are stages is the targets' business."""
-    callable_ = getattr(task.actions[0], "py_callable", None) if task.actions else None
-    return ":" in task.name and getattr(callable_, "__name__", "") == "run_task"
+    """A hefbuild stage task (cli/tasks.py marks it in its `meta`), not a group, alias,
+    lock, image or keep task: which names are stages is the targets' business. (Not from
+    its action: doit makes a task's action objects when first asked for them, and an up to
+    date task never needs them.)"""
+    return ":" in task.name and (getattr(task, "meta", None) or {}).get("hefbuild") == STAGE

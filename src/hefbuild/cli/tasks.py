@@ -25,6 +25,7 @@ from .depfile import SlimCodec
 from .hooks import DigestChecker, HefbuildReporter
 from .selection import left_out, models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, forced, only_models, project_at
+from .stagemark import STAGE
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
 
@@ -284,8 +285,12 @@ def _keeps(model: ModelSpec) -> list[Keep]:
 def group_docs(project: Project) -> dict[str, str]:
     """What `doit list` says of each group: the first target (by name) that says it."""
     docs: dict[str, str] = {}
+    seen: set[int] = set()  # models of one target share its pipeline: each is read once
     for model in sorted(project.models.values(), key=lambda m: m.target):
         spec = model.pipeline
+        if id(spec) in seen:
+            continue
+        seen.add(id(spec))
         pairs = [(s.name, s.group_doc) for s in spec.stages]
         if spec.artifact and spec.artifact.alias:
             pairs.append((spec.artifact.alias, spec.artifact.group_doc))
@@ -371,4 +376,8 @@ def _stage_task(project: Project, action: Action) -> dict:
         "task_dep": [task_name(up, action.model) for up in (*action.upstream, *action.after)],
         "clean": [(clean_stage, [root, action.task])],
         "doc": f"{action.stage} {action.model} ({action.target}, toolchain {action.toolchain})",
+        "meta": _STAGE_META,
     }
+
+
+_STAGE_META = {"hefbuild": STAGE}  # what the reporter knows a stage task by (one dict for all)
