@@ -137,11 +137,35 @@ def test_a_damaged_entry_loses_its_own_verdict_only(tmp_path):
         fast.record(task, Verdict(fast.fingerprint("s", paths), "k", paths))
     fast.save()
     doc = marshal.loads((tmp_path / "fastpath.bin").read_bytes())
-    doc["tasks"]["a:m"] = 7
+    paths, tasks = marshal.loads(doc["models"]["m"])
+    tasks["a:m"] = 7
+    doc["models"]["m"] = marshal.dumps((paths, tasks))
     (tmp_path / "fastpath.bin").write_bytes(marshal.dumps(doc))
     again = FastPath(tmp_path / "fastpath.bin", tmp_path)
     assert again.still_uptodate("a:m", "s") is None
     assert again.still_uptodate("b:m", "s") == "k"
+
+
+def test_a_model_no_task_asked_about_keeps_its_verdicts_through_a_save(tmp_path):
+    """Each model's verdicts are decoded when one of its tasks is asked about; a save
+    writes the others back as they were read, and they still see a change of their files."""
+    for model in ("m1", "m2"):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "out.txt").write_text("1")
+    first = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    for model in ("m1", "m2"):
+        paths = first.indexes([f"{model}/out.txt", "shared.txt"])
+        first.record(f"a:{model}", Verdict(first.fingerprint("s", paths), f"k-{model}", paths))
+    first.save()
+    second = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = second.indexes(["m1/out.txt"])
+    second.record("a:m1", Verdict(second.fingerprint("s", paths), "k-m1-new", paths))
+    second.save()  # m2's verdicts never decoded here
+    third = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    assert third.still_uptodate("a:m1", "s") == "k-m1-new"
+    assert third.still_uptodate("a:m2", "s") == "k-m2"
+    (tmp_path / "m2" / "out.txt").write_text("22")
+    assert FastPath(tmp_path / "fastpath.bin", tmp_path).still_uptodate("a:m2", "s") is None
 
 
 def test_a_built_task_leaves_a_verdict_the_next_invocation_uses(make_engine):
