@@ -148,15 +148,18 @@ class FastPath:
         asked = (task, stamp)
         if asked in self._answers:
             return self._answers[asked]
-        verdict = self.verdict(task)
-        if verdict is None:
-            key = None
-        else:
+        # As read (fingerprint, key, paths, note) or a Verdict: no object made to compare
+        raw = self._decoded(task).get(task)
+        key = None
+        if raw is not None:
             try:
-                same = self.fingerprint(stamp, verdict.paths) == verdict.fingerprint
-            except (IndexError, TypeError):  # a damaged file names a path it does not hold
-                same = False
-            key = verdict.key if same else None
+                fingerprint, verdict_key, paths = (
+                    (raw.fingerprint, raw.key, raw.paths) if isinstance(raw, Verdict)
+                    else raw[:3])
+                if self.fingerprint(stamp, paths) == fingerprint:
+                    key = verdict_key
+            except (IndexError, TypeError, ValueError):  # a damaged entry or path index
+                key = None
         self._answers[asked] = key
         return key
 
