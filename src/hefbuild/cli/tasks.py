@@ -21,6 +21,7 @@ from ..declare.targets import Keep
 from ..declare.variants import VARIANT_SEP
 from ..errors import HefbuildError
 from ..plan.actions import Action, artifact_task, task_name
+from . import gcpause
 from .depfile import SlimCodec
 from .hooks import DigestChecker, HefbuildReporter
 from .selection import left_out, models_named, unknown_task
@@ -145,7 +146,17 @@ def _shown(root: str, paths: list[Path]) -> str:
 
 
 def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:
-    """DOIT_CONFIG and the task creator for the project at `root`; exits on bad input."""
+    """DOIT_CONFIG and the task creator for the project at `root`; exits on bad input.
+    Garbage collection pauses until doit has made every task (`gcpause`)."""
+    gcpause.pause()
+    try:
+        return _project_tasks(root)
+    except BaseException:
+        gcpause.resume()
+        raise
+
+
+def _project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:
     try:
         project = project_at(str(root.absolute()))
     except HefbuildError as exc:
@@ -178,7 +189,10 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
     }
 
     def task_hefbuild() -> Iterator[dict]:
-        yield from _task_dicts(project, selected)
+        try:
+            yield from _task_dicts(project, selected)
+        finally:  # doit made a Task of each dict as it came: all of them are made
+            gcpause.resume()
 
     task_hefbuild.__doc__ = "hefbuild stages (models/*.toml)"
     return config, task_hefbuild
