@@ -89,7 +89,7 @@ def test_only_a_task_known_up_to_date_with_all_before_it_skips_its_check(root: s
     up to date; from the first task that may run on, each keeps its uptodate check (its
     upstream may be rebuilt first, so only the check after it can say)."""
     from hefbuild.cli.session import fast_path_at
-    from hefbuild.cli.tasks import check_uptodate
+    from hefbuild.cli.uptodate import UptodateCheck
 
     stale = f"quantize:{CPU}"
     monkeypatch.setattr(fast_path_at(root), "answer",
@@ -99,8 +99,21 @@ def test_only_a_task_known_up_to_date_with_all_before_it_skips_its_check(root: s
     known = {n for n, t in tasks.items() if t.uptodate == [(True, None, None)]}
     assert known == of(CPU, "fetch", "export")
     for name in of(CPU, "quantize", "compile", "verify"):
-        assert [u[0] for u in tasks[name].uptodate] == [check_uptodate]
+        [(check, _, _)] = tasks[name].uptodate
+        assert isinstance(check, UptodateCheck) and check.task == name
     monkeypatch.setattr(fast_path_at(root), "answer", lambda task, toolchain: "key")
     forced, _ = run(root, f"verify:{CPU}", "-a")  # `doit -a verify:m`: rebuilt, so checked
-    assert forced[f"verify:{CPU}"].uptodate[0][0] is check_uptodate
+    assert isinstance(forced[f"verify:{CPU}"].uptodate[0][0], UptodateCheck)
     assert forced[f"compile:{CPU}"].uptodate == [(True, None, None)]
+
+
+def test_a_stage_check_survives_pickling_and_says_what_it_checks(root: str):
+    """`doit -P process` pickles the tasks; `doit info` prints a check that said no."""
+    import pickle
+
+    from hefbuild.cli.uptodate import UptodateCheck
+
+    check = doit_tasks(root)[f"verify:{CPU}"].uptodate[0][0]
+    again = pickle.loads(pickle.dumps(check))
+    assert isinstance(again, UptodateCheck) and (again.root, again.task) == (root, f"verify:{CPU}")
+    assert repr(again) == f"check_uptodate({root!r}, 'verify:{CPU}')"

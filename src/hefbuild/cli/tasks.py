@@ -7,7 +7,6 @@ survive pickling under `doit -n N -P process`.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from .hooks import DigestChecker, HefbuildReporter
 from .selection import left_out, models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, forced, only_models, project_at
 from .stagemark import STAGE
+from .uptodate import UptodateCheck
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
 
@@ -46,39 +46,6 @@ def run_task(root: str, task: str, refused: str = "") -> dict[str, Any] | TaskFa
         _interrupted.append(task)
         return TaskFailed(f"{task}: interrupted (Ctrl-C); the stage was stopped and nothing "
                           f"of it was recorded")
-
-
-def check_uptodate(root: str, task: str) -> bool:
-    """The last verdict while nothing it read changed; else the engine decides. For `doit
-    list --status` and `doit info` (nothing runs first) an upstream that would run makes
-    its downstream not up to date either, as `doit status` and `doit explain` say."""
-    try:
-        if not _own_uptodate(root, task):
-            return False
-        if not _inspecting(sys.argv[1:]):
-            return True  # in a run, doit asks only after the upstream tasks are done
-        action = actions_at(root)[task]
-        return all(check_uptodate(root, task_name(up, action.model)) for up in action.upstream)
-    except KeyboardInterrupt:
-        print(f"hefbuild: interrupted (Ctrl-C) while checking {task}", file=sys.stderr)
-        raise SystemExit(130) from None
-
-
-def _own_uptodate(root: str, task: str) -> bool:
-    action = actions_at(root)[task]
-    if fast_path_at(root).answer(task, action.toolchain) is not None:
-        return True
-    return engine_for(root).is_uptodate(task)
-
-
-def _inspecting(argv: list[str]) -> bool:
-    words = [w for w in argv if not w.startswith("-")]
-    return bool(words) and words[0] in ("list", "info")
-
-
-# doit inspects every uptodate callable's signature once per task (for its magic `task`
-# and `values` arguments); a signature set once is returned without re-deriving it.
-check_uptodate.__signature__ = inspect.signature(check_uptodate)  # type: ignore[attr-defined]
 
 
 def lock_hub_model(root: str, model: str) -> dict[str, Any] | TaskFailed:
@@ -386,7 +353,7 @@ def _stage_task(project: Project, action: Action) -> dict:
         "basename": action.stage,
         "name": action.model,
         "actions": [(run_task, [root, action.task])],
-        "uptodate": [(check_uptodate, [root, action.task])],
+        "uptodate": [UptodateCheck(root, action.task)],
         "task_dep": [task_name(up, action.model) for up in (*action.upstream, *action.after)],
         "clean": [(clean_stage, [root, action.task])],
         "doc": f"{action.stage} {action.model} ({action.target}, toolchain {action.toolchain})",
