@@ -26,7 +26,7 @@ from ..store.events import EventLog, rotate
 from ..store.projectlock import ProjectLock
 from ..store.upload_queue import UploadQueue
 from .preflight import preflight
-from .session import actions_at, engine_for, fast_path_at, processes, project_at
+from .session import actions_at, engine_for, fast_path_at, planned_at, processes, project_at
 from .stagemark import STAGE
 
 
@@ -112,7 +112,7 @@ class HefbuildReporter(ConsoleReporter):
     def _checks(self) -> Checks:
         """The checks and artifact aliases of the project's targets (loaded once per run)."""
         if getattr(self, "_checks_of", None) is None:
-            models = project_at(self.root).models.values()
+            models = planned_at(self.root).models.values()  # those of this run's tasks
             self._checks_of = checks_of({m.target: m.pipeline for m in models}.values())
         return self._checks_of
 

@@ -29,13 +29,20 @@ def only_models(root: str, models: set[str] | None) -> None:
 
 
 @cache
-def actions_at(root: str) -> dict[str, Action]:
-    """The plan, made once per process for the task loader and the engine alike."""
+def planned_at(root: str) -> Project:
+    """The project with only the models this invocation needs (all when not known): only
+    theirs are read from the project cache (`plan/lazymodels.py`)."""
     project = project_at(root)
     if root in _only:
-        project = replace(project, models={n: m for n, m in project.models.items()
-                                            if n in _only[root]})
-    return plan_project(project)
+        models = project.models
+        project = replace(project, models={n: models[n] for n in models if n in _only[root]})
+    return project
+
+
+@cache
+def actions_at(root: str) -> dict[str, Action]:
+    """The plan, made once per process for the task loader and the engine alike."""
+    return plan_project(planned_at(root))
 
 
 @cache

@@ -151,8 +151,8 @@ def _project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[di
         "codec_cls": SlimCodec,  # without the stages' results, which nothing reads back
         "check_file_uptodate": DigestChecker.bound_to(str(project.paths.root)),
         "reporter": HefbuildReporter.bound_to(str(project.paths.root)),
-        "default_tasks": [task_name(m.pipeline.check, m.name) for m in project.models.values()
-                          if m.pipeline.default_checks and m.pipeline.check and not m.manual],
+        # Named tasks run without the defaults: with `selected`, no other model is read.
+        "default_tasks": [] if selected is not None else _default_tasks(project),
     }
 
     def task_hefbuild() -> Iterator[dict]:
@@ -163,6 +163,11 @@ def _project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[di
 
     task_hefbuild.__doc__ = "hefbuild stages (models/*.toml)"
     return config, task_hefbuild
+
+
+def _default_tasks(project: Project) -> list[str]:
+    return [task_name(m.pipeline.check, m.name) for m in project.models.values()
+            if m.pipeline.default_checks and m.pipeline.check and not m.manual]
 
 
 def task_names(project: Project, only: set[str] | None = None) -> set[str]:
@@ -192,10 +197,11 @@ def _say_declaration_problems(project: Project, selected: set[str] | None) -> No
         raise SystemExit(3)
     for error in project.broken.values():
         print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
-    for name, model in project.models.items():  # a variant's are its base model's
-        if selected is None or name in selected:
-            for line in model.unread:
-                print(f"WARNING: {line}", file=sys.stderr)
+    for name in project.models if selected is None else [m for m in project.models
+                                                          if m in selected]:
+        # a variant's are its base model's
+        for line in getattr(project.models.get(name), "unread", ()):
+            print(f"WARNING: {line}", file=sys.stderr)
 
 
 def _without_manual(project: Project, selected: set[str] | None) -> set[str] | None:
@@ -263,11 +269,14 @@ def _keeps(model: ModelSpec) -> list[Keep]:
     return [k for k in model.pipeline.keep if not model.variant_of or "{model}" in k.dest]
 
 
-def group_docs(project: Project) -> dict[str, str]:
-    """What `doit list` says of each group: the first target (by name) that says it."""
+def group_docs(project: Project, selected: set[str] | None = None) -> dict[str, str]:
+    """What `doit list` says of each group: the first target (by name) that says it (of
+    the `selected` models' targets: no other model's are read)."""
     docs: dict[str, str] = {}
     seen: set[int] = set()  # models of one target share its pipeline: each is read once
-    for model in sorted(project.models.values(), key=lambda m: m.target):
+    models = [project.models[n] for n in (project.models if selected is None else selected)
+              if n in project.models]
+    for model in sorted(models, key=lambda m: m.target):
         spec = model.pipeline
         if id(spec) in seen:
             continue
@@ -298,7 +307,7 @@ def _group_heads(basenames: set[str], docs: dict[str, str]) -> Iterator[dict]:
 
 def _task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
     tasks = list(_model_task_dicts(project, selected))
-    yield from _group_heads({t["basename"] for t in tasks}, group_docs(project))
+    yield from _group_heads({t["basename"] for t in tasks}, group_docs(project, selected))
     yield from tasks
 
 
@@ -308,9 +317,9 @@ def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[d
     by_model: dict[str, list[Action]] = {}
     for action in actions_at(root).values():
         by_model.setdefault(action.model, []).append(action)
-    for model in project.models.values():
-        if selected is not None and model.name not in selected:
-            continue
+    for name in project.models if selected is None else [m for m in project.models
+                                                          if m in selected]:
+        model = project.models[name]
         for action in by_model.get(model.name, []):
             yield _stage_task(project, action)
         yield from _target_task_dicts(root, model)
