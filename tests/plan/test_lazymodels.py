@@ -34,8 +34,10 @@ def test_each_model_comes_back_as_loaded_and_only_when_asked(tmp_path: Path):
     assert cached.models[f"{MODEL}-1"] == loaded.models[f"{MODEL}-1"]
     assert repr(cached.models).endswith("1 decoded)")
     assert dict(cached.models) == dict(load_project(root, store).models)
-    pipelines = {id(m.pipeline) for m in cached.models.values()}
+    pipelines = {id(m.pipeline) for m in cached.models.values()}  # all, from one pickle
     assert len(pipelines) == 1  # one target: one pipeline, as when loaded
+    one = load_project_cached(root, store).models
+    assert len({id(one[name].pipeline) for name in one}) == 1  # decoded one by one
     assert pickle.loads(pickle.dumps(cached.models)) == dict(loaded.models)
 
 
@@ -45,13 +47,14 @@ def test_a_damaged_model_entry_is_read_from_its_file(tmp_path: Path):
     loaded = load_project_cached(root, store)
     cache = root / ".hefbuild" / "project.pickle"
     doc = list(pickle.loads(cache.read_bytes()))
-    shared, blobs = doc[2]
+    every, shared, blobs = doc[2]
     blobs[MODEL] = b"\x80\x05garbage"
-    doc[2] = (shared, blobs)
+    doc[2] = (b"\x80\x05garbage", shared, blobs)
     cache.write_bytes(pickle.dumps(tuple(doc)))
     again = load_project_cached(root, store)
     assert isinstance(again.models, LazyModels)
     assert again.models[MODEL] == loaded.models[MODEL]
+    assert dict(again.models.items()) == dict(loaded.models)  # all at once, from the files
 
 
 def test_an_edited_model_file_misses_the_cache(tmp_path: Path, monkeypatch):
