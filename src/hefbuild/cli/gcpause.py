@@ -5,7 +5,9 @@ a doit Task per stage (1000 models: over a million objects). Each full collectio
 between walks all of them again and frees nothing (what they hold lives until the process
 ends); at 5000 tasks that was a fifth of a no-op. So collection pauses while they are made;
 then what was made is frozen (`gc.freeze`: left out of every later collection, as it lives
-as long as the process) and collection goes on as before for what the run makes.
+as long as the process) and collection goes on as before for what the run makes. What is
+frozen is not collected at exit either (a fast exit), so what must be closed at the end
+of a run is closed explicitly (the engine's SQLite stat cache: cli/session.py).
 """
 
 from __future__ import annotations

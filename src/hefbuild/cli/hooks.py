@@ -26,7 +26,15 @@ from ..store.events import EventLog, rotate
 from ..store.projectlock import ProjectLock
 from ..store.upload_queue import UploadQueue
 from .preflight import preflight
-from .session import actions_at, engine_for, fast_path_at, planned_at, processes, project_at
+from .session import (
+    actions_at,
+    close_engines,
+    engine_for,
+    fast_path_at,
+    planned_at,
+    processes,
+    project_at,
+)
 from .stagemark import STAGE
 
 
@@ -206,6 +214,7 @@ class HefbuildReporter(ConsoleReporter):
             self._summarize()
             self._flush_uploads()
         finally:
+            close_engines()
             self._lock.release()
 
     def _flush_uploads(self) -> None:

@@ -58,7 +58,19 @@ def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `
     engine = Engine(project_at(root), progress=_to_terminal, actions=actions_at(root),
                     fast=fast_path_at(root))
     engine.stream_logs = verbosity(sys.argv[1:]) >= 2
+    _engines.append(engine)
     return engine
+
+
+_engines: list = []  # those engine_for made, for `close_engines`
+
+
+def close_engines() -> None:
+    """The engines' stat caches closed (and their SQLite checkpointed) at the end of a run:
+    the module-level caches that hold them are frozen out of the collection at exit that
+    would otherwise close them (cli/gcpause.py). A later use opens them again."""
+    for engine in _engines:
+        engine.stats.close()
 
 
 def forced(task: str, argv: list[str]) -> bool:
