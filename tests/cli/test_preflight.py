@@ -81,3 +81,39 @@ def test_a_ready_toolchain_changes_nothing(root: str):
     tasks, refused = run(root, f"hef:{HAILO}")
     assert refused is None
     assert {n: t.task_dep for n, t in tasks.items()} == before
+
+
+def test_only_a_task_known_up_to_date_with_all_before_it_skips_its_check(root: str,
+                                                                        monkeypatch):
+    """What the fast path answers up to date, with every task before it, doit is told is
+    up to date; from the first task that may run on, each keeps its uptodate check (its
+    upstream may be rebuilt first, so only the check after it can say)."""
+    from hefbuild.cli.session import fast_path_at
+    from hefbuild.cli.uptodate import UptodateCheck
+
+    stale = f"quantize:{CPU}"
+    monkeypatch.setattr(fast_path_at(root), "answer",
+                        lambda task, toolchain: None if task == stale else "key")
+    tasks, refused = run(root, f"verify:{CPU}")
+    assert refused is None
+    known = {n for n, t in tasks.items() if t.uptodate == [(True, None, None)]}
+    assert known == of(CPU, "fetch", "export")
+    for name in of(CPU, "quantize", "compile", "verify"):
+        [(check, _, _)] = tasks[name].uptodate
+        assert isinstance(check, UptodateCheck) and check.task == name
+    monkeypatch.setattr(fast_path_at(root), "answer", lambda task, toolchain: "key")
+    forced, _ = run(root, f"verify:{CPU}", "-a")  # `doit -a verify:m`: rebuilt, so checked
+    assert isinstance(forced[f"verify:{CPU}"].uptodate[0][0], UptodateCheck)
+    assert forced[f"compile:{CPU}"].uptodate == [(True, None, None)]
+
+
+def test_a_stage_check_survives_pickling_and_says_what_it_checks(root: str):
+    """`doit -P process` pickles the tasks; `doit info` prints a check that said no."""
+    import pickle
+
+    from hefbuild.cli.uptodate import UptodateCheck
+
+    check = doit_tasks(root)[f"verify:{CPU}"].uptodate[0][0]
+    again = pickle.loads(pickle.dumps(check))
+    assert isinstance(again, UptodateCheck) and (again.root, again.task) == (root, f"verify:{CPU}")
+    assert repr(again) == f"check_uptodate({root!r}, 'verify:{CPU}')"

@@ -8,6 +8,7 @@ verdicts) equals a second fresh engine's full decision (`decide`, which computes
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import shutil
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from fakes.fake_executor import FakeExecutor
 
 from hefbuild.declare.project import load_project
 from hefbuild.engine.engine import Engine
+from hefbuild.engine.fastpath import FastPath, Verdict
 from hefbuild.plan.projectcache import load_project_cached
 from hefbuild.store.events import EventLog, Outcome, rotate
 
@@ -103,6 +105,67 @@ def test_a_damaged_fast_path_file_is_ignored(built, make_engine, root):
     saved(built)
     (root / ".hefbuild" / "fastpath.bin").write_bytes(b"\x00garbage")
     assert all(make_engine().is_uptodate(t) for t in TASKS)
+
+
+def test_an_answer_is_given_again_only_while_its_verdict_and_files_stand(tmp_path):
+    """The preflight and doit's check both ask every task; the second asking is answered
+    from the first, so anything that can change the answer must forget it."""
+    out = tmp_path / "build" / "m" / "a" / "out.txt"
+    out.parent.mkdir(parents=True)
+    out.write_text("1")
+    fast = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = fast.indexes(["build/m/a/out.txt"])
+    fast.record("b:m", Verdict(fast.fingerprint("s", paths), "k1", paths))
+    assert fast.still_uptodate("b:m", "s") == "k1"
+    assert fast.still_uptodate("b:m", "other stamp") is None
+    out.unlink()
+    out.write_text("2")  # replaced, as the engine replaces a stage dir it rebuilds
+    fast.forget("build/m/a")  # which the engine says
+    assert fast.still_uptodate("b:m", "s") is None
+    fast.record("b:m", Verdict(fast.fingerprint("s", paths), "k2", paths))
+    assert fast.still_uptodate("b:m", "s") == "k2"
+    fast.drop("b:m")
+    assert fast.still_uptodate("b:m", "s") is None
+
+
+def test_a_damaged_entry_loses_its_own_verdict_only(tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("1")
+    fast = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = fast.indexes(["out.txt"])
+    for task in ("a:m", "b:m"):
+        fast.record(task, Verdict(fast.fingerprint("s", paths), "k", paths))
+    fast.save()
+    doc = marshal.loads((tmp_path / "fastpath.bin").read_bytes())
+    paths, tasks = marshal.loads(doc["models"]["m"])
+    tasks["a:m"] = 7
+    doc["models"]["m"] = marshal.dumps((paths, tasks))
+    (tmp_path / "fastpath.bin").write_bytes(marshal.dumps(doc))
+    again = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    assert again.still_uptodate("a:m", "s") is None
+    assert again.still_uptodate("b:m", "s") == "k"
+
+
+def test_a_model_no_task_asked_about_keeps_its_verdicts_through_a_save(tmp_path):
+    """Each model's verdicts are decoded when one of its tasks is asked about; a save
+    writes the others back as they were read, and they still see a change of their files."""
+    for model in ("m1", "m2"):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "out.txt").write_text("1")
+    first = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    for model in ("m1", "m2"):
+        paths = first.indexes([f"{model}/out.txt", "shared.txt"])
+        first.record(f"a:{model}", Verdict(first.fingerprint("s", paths), f"k-{model}", paths))
+    first.save()
+    second = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = second.indexes(["m1/out.txt"])
+    second.record("a:m1", Verdict(second.fingerprint("s", paths), "k-m1-new", paths))
+    second.save()  # m2's verdicts never decoded here
+    third = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    assert third.still_uptodate("a:m1", "s") == "k-m1-new"
+    assert third.still_uptodate("a:m2", "s") == "k-m2"
+    (tmp_path / "m2" / "out.txt").write_text("22")
+    assert FastPath(tmp_path / "fastpath.bin", tmp_path).still_uptodate("a:m2", "s") is None
 
 
 def test_a_built_task_leaves_a_verdict_the_next_invocation_uses(make_engine):

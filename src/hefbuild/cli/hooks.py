@@ -26,7 +26,16 @@ from ..store.events import EventLog, rotate
 from ..store.projectlock import ProjectLock
 from ..store.upload_queue import UploadQueue
 from .preflight import preflight
-from .session import actions_at, engine_for, fast_path_at, processes, project_at
+from .session import (
+    actions_at,
+    close_engines,
+    engine_for,
+    fast_path_at,
+    planned_at,
+    processes,
+    project_at,
+)
+from .stagemark import STAGE
 
 
 class DigestChecker(FileChangedChecker):
@@ -90,7 +99,7 @@ class HefbuildReporter(ConsoleReporter):
         self._selected = list(selected_tasks or [])
         self._known = list(tasks)
         self._stage_total = self._refuse_missing_toolchains(tasks)
-        self._deps = {name: list(t.task_dep) for name, t in tasks.items()}
+        self._tasks = tasks  # their task_dep, for a parallel run's critical path at the end
         self._shown = 0  # stage lines written so far: the `[3/12]` count
         self._ran: set[str] = set()  # stages whose result in build/ changed in this run
         super().initialize(tasks, selected_tasks)
@@ -111,7 +120,7 @@ class HefbuildReporter(ConsoleReporter):
     def _checks(self) -> Checks:
         """The checks and artifact aliases of the project's targets (loaded once per run)."""
         if getattr(self, "_checks_of", None) is None:
-            models = project_at(self.root).models.values()
+            models = planned_at(self.root).models.values()  # those of this run's tasks
             self._checks_of = checks_of({m.target: m.pipeline for m in models}.values())
         return self._checks_of
 
@@ -156,8 +165,10 @@ class HefbuildReporter(ConsoleReporter):
     def _cutoff(self, task: str) -> str:
         """Why a stage is up to date after its upstream ran again in this run: its key holds
         the upstream's output digests, so those bytes came out as they were (early cutoff)."""
-        action = actions_at(self.root).get(task)
         ran = getattr(self, "_ran", set())
+        if not ran:
+            return ""  # nothing ran before it (every stage of a no-op)
+        action = actions_at(self.root).get(task)
         if action and any(task_name(up, action.model) in ran for up in action.upstream):
             return "same bytes upstream"
         return ""
@@ -203,6 +214,7 @@ class HefbuildReporter(ConsoleReporter):
             self._summarize()
             self._flush_uploads()
         finally:
+            close_engines()
             self._lock.release()
 
     def _flush_uploads(self) -> None:
@@ -235,7 +247,7 @@ class HefbuildReporter(ConsoleReporter):
             return
         broken = project_at(self.root).broken if groups else {}
         table = rows(Path(self.root), wanted, self._succeeded, self._failed, self._blocked,
-                     broken, groups, checks)
+                     broken, groups, checks, fast_path_at(self.root).note)
         for line in table_lines(table, checks):
             self.write(line + "\n")
 
@@ -263,7 +275,8 @@ class HefbuildReporter(ConsoleReporter):
         chain is every task it ran, so it is not said."""
         if processes(sys.argv[1:]) < 2 or len({e.get("task") for e in events}) < 2:
             return ""
-        return path_text(critical_path(events, getattr(self, "_deps", {})))
+        deps = {name: list(t.task_dep) for name, t in getattr(self, "_tasks", {}).items()}
+        return path_text(critical_path(events, deps))
 
 
 def _stages_reached(tasks: dict[str, Any], selected: list[str]) -> set[str]:
@@ -298,7 +311,8 @@ def _size(path: Path) -> int:
 
 
 def _is_stage(task: Any) -> bool:
-    """A hefbuild stage task (its action is the engine's `run_task`), not a group, alias,
-    lock, image or keep task: which names are stages is the targets' business."""
-    callable_ = getattr(task.actions[0], "py_callable", None) if task.actions else None
-    return ":" in task.name and getattr(callable_, "__name__", "") == "run_task"
+    """A hefbuild stage task (cli/tasks.py marks it in its `meta`), not a group, alias,
+    lock, image or keep task: which names are stages is the targets' business. (Not from
+    its action: doit makes a task's action objects when first asked for them, and an up to
+    date task never needs them.)"""
+    return ":" in task.name and (getattr(task, "meta", None) or {}).get("hefbuild") == STAGE

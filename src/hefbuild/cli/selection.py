@@ -103,11 +103,11 @@ def left_out(argv: list[str], manual: set[str]) -> set[str]:
 def unknown_task(argv: list[str], known: set[str]) -> str | None:
     """The one-line error for a task name on a `doit [run]` command line that names no task,
     with the closest names; None when every word is known (or this is another command)."""
-    import difflib
-
     for word in _task_words(argv) or []:
         if word in known:
             continue
+        import difflib  # only for a word that names no task
+
         close = difflib.get_close_matches(word, sorted(known), n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(close)}?" if close else "; `doit list` shows them"
         return f"no task '{word}'{hint}"

@@ -29,13 +29,20 @@ def only_models(root: str, models: set[str] | None) -> None:
 
 
 @cache
-def actions_at(root: str) -> dict[str, Action]:
-    """The plan, made once per process for the task loader and the engine alike."""
+def planned_at(root: str) -> Project:
+    """The project with only the models this invocation needs (all when not known): only
+    theirs are read from the project cache (`plan/lazymodels.py`)."""
     project = project_at(root)
     if root in _only:
-        project = replace(project, models={n: m for n, m in project.models.items()
-                                            if n in _only[root]})
-    return plan_project(project)
+        models = project.models
+        project = replace(project, models={n: models[n] for n in models if n in _only[root]})
+    return project
+
+
+@cache
+def actions_at(root: str) -> dict[str, Action]:
+    """The plan, made once per process for the task loader and the engine alike."""
+    return plan_project(planned_at(root))
 
 
 @cache
@@ -51,7 +58,19 @@ def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `
     engine = Engine(project_at(root), progress=_to_terminal, actions=actions_at(root),
                     fast=fast_path_at(root))
     engine.stream_logs = verbosity(sys.argv[1:]) >= 2
+    _engines.append(engine)
     return engine
+
+
+_engines: list = []  # those engine_for made, for `close_engines`
+
+
+def close_engines() -> None:
+    """The engines' stat caches closed (and their SQLite checkpointed) at the end of a run:
+    the module-level caches that hold them are frozen out of the collection at exit that
+    would otherwise close them (cli/gcpause.py). A later use opens them again."""
+    for engine in _engines:
+        engine.stats.close()
 
 
 def forced(task: str, argv: list[str]) -> bool:

@@ -7,7 +7,6 @@ survive pickling under `doit -n N -P process`.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,9 +20,13 @@ from ..declare.targets import Keep
 from ..declare.variants import VARIANT_SEP
 from ..errors import HefbuildError
 from ..plan.actions import Action, artifact_task, task_name
+from . import gcpause
+from .depfile import SlimCodec
 from .hooks import DigestChecker, HefbuildReporter
 from .selection import left_out, models_named, unknown_task
 from .session import actions_at, engine_for, fast_path_at, forced, only_models, project_at
+from .stagemark import STAGE
+from .uptodate import UptodateCheck
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
 
@@ -43,39 +46,6 @@ def run_task(root: str, task: str, refused: str = "") -> dict[str, Any] | TaskFa
         _interrupted.append(task)
         return TaskFailed(f"{task}: interrupted (Ctrl-C); the stage was stopped and nothing "
                           f"of it was recorded")
-
-
-def check_uptodate(root: str, task: str) -> bool:
-    """The last verdict while nothing it read changed; else the engine decides. For `doit
-    list --status` and `doit info` (nothing runs first) an upstream that would run makes
-    its downstream not up to date either, as `doit status` and `doit explain` say."""
-    try:
-        if not _own_uptodate(root, task):
-            return False
-        if not _inspecting(sys.argv[1:]):
-            return True  # in a run, doit asks only after the upstream tasks are done
-        action = actions_at(root)[task]
-        return all(check_uptodate(root, task_name(up, action.model)) for up in action.upstream)
-    except KeyboardInterrupt:
-        print(f"hefbuild: interrupted (Ctrl-C) while checking {task}", file=sys.stderr)
-        raise SystemExit(130) from None
-
-
-def _own_uptodate(root: str, task: str) -> bool:
-    action = actions_at(root)[task]
-    if fast_path_at(root).answer(task, action.toolchain) is not None:
-        return True
-    return engine_for(root).is_uptodate(task)
-
-
-def _inspecting(argv: list[str]) -> bool:
-    words = [w for w in argv if not w.startswith("-")]
-    return bool(words) and words[0] in ("list", "info")
-
-
-# doit inspects every uptodate callable's signature once per task (for its magic `task`
-# and `values` arguments); a signature set once is returned without re-deriving it.
-check_uptodate.__signature__ = inspect.signature(check_uptodate)  # type: ignore[attr-defined]
 
 
 def lock_hub_model(root: str, model: str) -> dict[str, Any] | TaskFailed:
@@ -163,7 +133,17 @@ def _shown(root: str, paths: list[Path]) -> str:
 
 
 def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:
-    """DOIT_CONFIG and the task creator for the project at `root`; exits on bad input."""
+    """DOIT_CONFIG and the task creator for the project at `root`; exits on bad input.
+    Garbage collection pauses until doit has made every task (`gcpause`)."""
+    gcpause.pause()
+    try:
+        return _project_tasks(root)
+    except BaseException:
+        gcpause.resume()
+        raise
+
+
+def _project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:
     try:
         project = project_at(str(root.absolute()))
     except HefbuildError as exc:
@@ -174,7 +154,8 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
                             set(project.toolchains))
     _say_declaration_problems(project, selected)
     selected = _without_manual(project, selected)
-    typo = unknown_task(sys.argv[1:], task_names(project))
+    # With `selected`, every task word already names a task of one of those models.
+    typo = unknown_task(sys.argv[1:], task_names(project, selected))
     if typo is not None:
         print(f"ERROR: {typo}", file=sys.stderr)
         raise SystemExit(3)
@@ -187,23 +168,35 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
         # and a JSON decode per task.
         "dep_file": f"{STATE_DIR}/doit.json",
         "backend": "json",
+        "codec_cls": SlimCodec,  # without the stages' results, which nothing reads back
         "check_file_uptodate": DigestChecker.bound_to(str(project.paths.root)),
         "reporter": HefbuildReporter.bound_to(str(project.paths.root)),
-        "default_tasks": [task_name(m.pipeline.check, m.name) for m in project.models.values()
-                          if m.pipeline.default_checks and m.pipeline.check and not m.manual],
+        # Named tasks run without the defaults: with `selected`, no other model is read.
+        "default_tasks": [] if selected is not None else _default_tasks(project),
     }
 
     def task_hefbuild() -> Iterator[dict]:
-        yield from _task_dicts(project, selected)
+        try:
+            yield from _task_dicts(project, selected)
+        finally:  # doit made a Task of each dict as it came: all of them are made
+            gcpause.resume()
 
     task_hefbuild.__doc__ = "hefbuild stages (models/*.toml)"
     return config, task_hefbuild
 
 
-def task_names(project: Project) -> set[str]:
-    """Every task and group name the project's declarations make (no plan needed)."""
+def _default_tasks(project: Project) -> list[str]:
+    return [task_name(m.pipeline.check, m.name) for m in project.models.values()
+            if m.pipeline.default_checks and m.pipeline.check and not m.manual]
+
+
+def task_names(project: Project, only: set[str] | None = None) -> set[str]:
+    """Every task and group name the project's declarations make (no plan needed); with
+    `only`, those of these models (and every image task)."""
     names: set[str] = set()
-    for model in project.models.values():
+    models = project.models.values() if only is None else \
+        [project.models[m] for m in sorted(only) if m in project.models]
+    for model in models:
         bases = [s.name for s in model.pipeline.stages] + _extra_bases(model)
         if (model.source.hub or model.source.path) and not model.variant_of:
             bases.append("lock")
@@ -224,10 +217,11 @@ def _say_declaration_problems(project: Project, selected: set[str] | None) -> No
         raise SystemExit(3)
     for error in project.broken.values():
         print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
-    for name, model in project.models.items():  # a variant's are its base model's
-        if selected is None or name in selected:
-            for line in model.unread:
-                print(f"WARNING: {line}", file=sys.stderr)
+    for name in project.models if selected is None else [m for m in project.models
+                                                          if m in selected]:
+        # a variant's are its base model's
+        for line in getattr(project.models.get(name), "unread", ()):
+            print(f"WARNING: {line}", file=sys.stderr)
 
 
 def _without_manual(project: Project, selected: set[str] | None) -> set[str] | None:
@@ -295,11 +289,18 @@ def _keeps(model: ModelSpec) -> list[Keep]:
     return [k for k in model.pipeline.keep if not model.variant_of or "{model}" in k.dest]
 
 
-def group_docs(project: Project) -> dict[str, str]:
-    """What `doit list` says of each group: the first target (by name) that says it."""
+def group_docs(project: Project, selected: set[str] | None = None) -> dict[str, str]:
+    """What `doit list` says of each group: the first target (by name) that says it (of
+    the `selected` models' targets: no other model's are read)."""
     docs: dict[str, str] = {}
-    for model in sorted(project.models.values(), key=lambda m: m.target):
+    seen: set[int] = set()  # models of one target share its pipeline: each is read once
+    models = [project.models[n] for n in (project.models if selected is None else selected)
+              if n in project.models]
+    for model in sorted(models, key=lambda m: m.target):
         spec = model.pipeline
+        if id(spec) in seen:
+            continue
+        seen.add(id(spec))
         pairs = [(s.name, s.group_doc) for s in spec.stages]
         if spec.artifact and spec.artifact.alias:
             pairs.append((spec.artifact.alias, spec.artifact.group_doc))
@@ -326,7 +327,7 @@ def _group_heads(basenames: set[str], docs: dict[str, str]) -> Iterator[dict]:
 
 def _task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
     tasks = list(_model_task_dicts(project, selected))
-    yield from _group_heads({t["basename"] for t in tasks}, group_docs(project))
+    yield from _group_heads({t["basename"] for t in tasks}, group_docs(project, selected))
     yield from tasks
 
 
@@ -336,9 +337,9 @@ def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[d
     by_model: dict[str, list[Action]] = {}
     for action in actions_at(root).values():
         by_model.setdefault(action.model, []).append(action)
-    for model in project.models.values():
-        if selected is not None and model.name not in selected:
-            continue
+    for name in project.models if selected is None else [m for m in project.models
+                                                          if m in selected]:
+        model = project.models[name]
         for action in by_model.get(model.name, []):
             yield _stage_task(project, action)
         yield from _target_task_dicts(root, model)
@@ -382,8 +383,12 @@ def _stage_task(project: Project, action: Action) -> dict:
         "basename": action.stage,
         "name": action.model,
         "actions": [(run_task, [root, action.task])],
-        "uptodate": [(check_uptodate, [root, action.task])],
+        "uptodate": [UptodateCheck(root, action.task)],
         "task_dep": [task_name(up, action.model) for up in (*action.upstream, *action.after)],
         "clean": [(clean_stage, [root, action.task])],
         "doc": f"{action.stage} {action.model} ({action.target}, toolchain {action.toolchain})",
+        "meta": _STAGE_META,
     }
+
+
+_STAGE_META = {"hefbuild": STAGE}  # what the reporter knows a stage task by (one dict for all)

@@ -61,12 +61,17 @@ def may_run(deps: Deps, fresh: Callable[[str], bool]) -> set[str]:
     runs: dict[str, bool] = {}
 
     def visit(task: str) -> bool:
-        if task not in runs:
-            runs[task] = False  # a cycle is doit's to refuse; here it only must not recurse
-            ups = [u for u in deps.get(task, ()) if u in deps]
-            # Upstream first: a task after one that may run is not asked, so its inputs
-            # are not stat-ed (and cached by the fast path) before they are rebuilt.
-            runs[task] = any([visit(u) for u in ups]) or not fresh(task)
+        known = runs.get(task)
+        if known is not None:
+            return known
+        runs[task] = False  # a cycle is doit's to refuse; here it only must not recurse
+        # Upstream first (every one of them): a task after one that may run is not asked,
+        # so its inputs are not stat-ed (and cached by the fast path) before they are rebuilt.
+        after_run = False
+        for up in deps.get(task, ()):
+            if up in deps and visit(up):
+                after_run = True
+        runs[task] = after_run or not fresh(task)
         return runs[task]
 
     return {t for t in deps if visit(t)}

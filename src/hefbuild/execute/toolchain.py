@@ -20,12 +20,14 @@ import sys
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..declare.toolchains import ToolchainSpec
 from ..errors import HefbuildError, StageError, ToolchainMismatch
 from . import venvs
-from .base import Watch
+
+if TYPE_CHECKING:
+    from .base import Watch
 
 _PROBE = """
 import importlib.metadata as md, json, platform, sys, sysconfig

@@ -37,10 +37,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StageError
-from .base import ExecRequest, Watch
+
+if TYPE_CHECKING:  # at run time imported where a venv is made: a no-op needs only stamps
+    from .base import Watch
 
 MARKER = "hefbuild-venv.json"
 DIGEST_HEX = 32
@@ -144,6 +146,8 @@ def ensure(spec: VenvSpec, ident: dict[str, Any], base: dict[str, str], venvs_ro
             fcntl.flock(lock, fcntl.LOCK_EX)
         created = not is_complete(folder)  # the other creator may have finished meanwhile
         if created:
+            from .base import Watch
+
             _create(spec, ident, base, folder, say, watch or Watch())
     return Ready(python_of(folder), time.monotonic() - start, created)
 
@@ -189,6 +193,8 @@ def _run(argv: list[str], spec: VenvSpec, log_path: Path, watch: Watch) -> None:
         watch = replace(watch, emit=lambda beat: emit({**beat, "step": step}))
     # pip's lines reach the log (and the heartbeat) as printed, not when its buffer fills.
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    from .base import ExecRequest
+
     request = ExecRequest(argv, log_path.parent, env, log_path, timeout_s=CREATE_TIMEOUT_S,
                           watch=watch)
     try:

@@ -9,8 +9,9 @@ names (file parameters, rules, Dockerfiles: loading checks they exist), and hefb
 code. Any difference, and the TOML is loaded and checked as before, with the same errors.
 Settings (`hefbuild.toml` and the environment) are read on every invocation.
 
-On disk: `.hefbuild/project.pickle` = (FORMAT, stamp, models, toolchains, broken models,
-named files).
+On disk: `.hefbuild/project.pickle` = (FORMAT, stamp, (every model's bytes, shared
+pipelines, name -> a model's bytes), toolchains, broken models, named files); a model is
+unpickled when first asked for, or all of them at once (`lazymodels`).
 """
 
 from __future__ import annotations
@@ -24,16 +25,19 @@ from pathlib import Path
 from ..declare.project import Project, load_project
 from ..declare.targets import BUILTIN_TARGETS, TARGETS_DIR
 from .actions import plan_model
+from .lazymodels import LazyModels, pickled
 
-FORMAT = 8  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
-# 7: a model says why it is manual; 8: and which of its parameters nothing reads
+FORMAT = 10  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
+# 7: a model says why it is manual; 8: and which of its parameters nothing reads; 9: each
+# model pickled on its own; 10: and all of them together
 # Relative to the package: every module that decides what loading yields.
 _LOADER_CODE = ("declare/specs.py", "declare/toolchains.py", "declare/params.py",
                 "declare/param_schema.py", "declare/targets.py", "declare/declfile.py",
                 "declare/project.py", "declare/variants.py", "declare/names.py",
                 "declare/mistakes.py",
                 "declare/resources.py", "declare/phases.py", "declare/settings.py",
-                "declare/bounds.py", "plan/actions.py", "plan/projectcache.py")
+                "declare/bounds.py", "plan/actions.py", "plan/projectcache.py",
+                "plan/lazymodels.py")
 
 
 def declarations_stamp(root: Path, named: tuple[str, ...]) -> str:
@@ -63,15 +67,18 @@ def load_project_cached(root: Path, store: Path | None = None) -> Project:
     cache = root / ".hefbuild" / "project.pickle"
     cached = _read(cache)
     if cached is not None:
-        stamp, models, toolchains, broken, named = cached
+        stamp, (every, shared, blobs), toolchains, broken, named = cached
         stamp_now = declarations_stamp(root, named)
         if stamp == stamp_now:
+            models = LazyModels(every, shared, blobs,
+                                lambda: load_project(root, store, strict=False).models)
             project = load_project(root, store, declarations=(models, toolchains, broken))
             return replace(project, stamp=stamp_now)
     project = load_project(root, store, strict=False)
     named = named_files(project)
     stamp = declarations_stamp(root, named)
-    _write(cache, (FORMAT, stamp, project.models, project.toolchains, project.broken, named))
+    _write(cache, (FORMAT, stamp, pickled(project.models), project.toolchains, project.broken,
+                   named))
     return replace(project, stamp=stamp)
 
 
@@ -107,6 +114,9 @@ def _read(cache: Path) -> tuple | None:
     except Exception:  # noqa: BLE001 - any unreadable cache is a miss
         return None
     if not isinstance(doc, tuple) or len(doc) != 6 or doc[0] != FORMAT:
+        return None
+    models = doc[2]
+    if not (isinstance(models, tuple) and len(models) == 3 and isinstance(models[2], dict)):
         return None
     return doc[1:]
 

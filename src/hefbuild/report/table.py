@@ -10,6 +10,7 @@ fixes it when the error names one), so one broken model never hides how the othe
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,20 +90,27 @@ class Row:
 
 def rows(root: Path, wanted: list[str], succeeded: set[str], failed: dict[str, str],
          blocked: set[str], broken: dict[str, str], groups: list[str],
-         checks: Checks | None = None) -> list[Row]:
+         checks: Checks | None = None,
+         verdict_of: Callable[[str], str] | None = None) -> list[Row]:
+    """`verdict_of`: a succeeded check's one-line verdict as this run already said it (the
+    reporter has it from the fast path's note); without it, or where it has none, the
+    verdict is read from the check's report."""
     checks = checks or builtin_checks()
-    table = [_row(root, t, succeeded, failed, blocked, checks) for t in wanted]
+    table = [_row(root, t, succeeded, failed, blocked, checks, verdict_of) for t in wanted]
     table += [Row(f"{g}:{m}", "not runnable", error)
               for g in groups for m, error in sorted(broken.items())]
     return table
 
 
 def _row(root: Path, task: str, succeeded: set[str], failed: dict[str, str],
-         blocked: set[str], checks: Checks) -> Row:
+         blocked: set[str], checks: Checks,
+         verdict_of: Callable[[str], str] | None = None) -> Row:
     group, model = task.split(":", 1)
     if task in succeeded:
         if group in checks.stages:
-            verdict = check_verdict(root, task, checks=checks).removeprefix(f"{task}: ")
+            said = verdict_of(task) if verdict_of is not None else ""
+            verdict = (said or check_verdict(root, task, checks=checks)).removeprefix(
+                f"{task}: ")
             status = "passed" if verdict.startswith("passed") else "failed"
             head, _, figures = verdict.partition(", ")
             double = head.removeprefix("passed").removeprefix("FAILED").strip()
