@@ -55,7 +55,8 @@ def _rank(group: str) -> int:
     return SLOW.index(group) if group in SLOW else len(SLOW)
 
 
-@pytest.hookimpl(tryfirst=True)
+# optionalhook: the suite also runs without xdist (`-p no:xdist`), where the hook is unknown.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """`--dist loadgroup` with the groups of group_of().
 
