@@ -23,6 +23,7 @@ The message classes are BuildGrid's (its wheel ships the generated REAPI modules
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
@@ -103,7 +104,6 @@ class GrpcTransport:
             _check(data, name)  # a CAS names blobs by hash: always checked, `digest` or not
             self._batch_update(name, data)
         else:
-            assert isinstance(body, Path), "a large blob is sent from its file"
             self._stream_write(name, body, size)
         return size
 
@@ -204,9 +204,9 @@ class GrpcTransport:
             call.cancel()  # stops the server at once on Oversized or a local error; else a no-op
         return total
 
-    def _stream_write(self, sha: str, path: Path, size: int) -> None:
+    def _stream_write(self, sha: str, body: Path | bytes, size: int) -> None:
         resource = f"{self._prefix}uploads/{uuid.uuid4()}/blobs/{sha}/{size}"
-        with open(path, "rb") as f:
+        with open(body, "rb") if isinstance(body, Path) else io.BytesIO(body) as f:
             upload = _Upload(f, resource, sha, size)
             future = self._bytes.Write.future(upload.requests(), timeout=self._c.deadline(size),
                                               metadata=self._c.metadata)
