@@ -6,6 +6,7 @@ fail, and how it is said: problems.py.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol
 
@@ -48,6 +49,9 @@ def transport_for(settings: CacheSettings) -> Transport:
 
 
 def _grpc(settings: CacheSettings) -> Transport:
+    # gRPC's core logs INFO lines (a server's GOAWAY, ...) on stderr, amid the build's
+    # output; errors only, unless the user asks for more. Read once, as grpc is imported.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:  # grpcio and the REAPI classes only for a gRPC cache: an optional extra
         from .grpc_transport import GrpcTransport
     except ImportError as exc:
