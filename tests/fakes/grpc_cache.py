@@ -10,8 +10,9 @@ nothing: an ActionResult may name blobs it does not have. Tell it to misbehave:
     forget(sha)        the blob is gone, the entries naming it stay
 
 `calls` logs every RPC's name, `updates` every UpdateActionResult request, `auth_seen`
-every authorization value received. With `token`, a call without `authorization: Bearer
-<token>` is refused with UNAUTHENTICATED. With `tls=(key_pem, cert_pem)` it listens with TLS.
+every authorization value received; `delay_s` holds every answer. With `token`, a call
+without `authorization: Bearer <token>` is refused with UNAUTHENTICATED. With
+`tls=(key_pem, cert_pem)` it listens with TLS.
 Only 127.0.0.1; `stop()` ends the server and its threads.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -46,6 +48,7 @@ class GrpcCache:
         self.calls: list[str] = []
         self.updates: list[re_pb2.UpdateActionResultRequest] = []
         self.auth_seen: list[str] = []
+        self.delay_s = 0.0  # every call waits this long before it is answered
         self.port = 0
         self._lock = threading.Lock()
         self._server: grpc.Server | None = None
@@ -72,6 +75,8 @@ class GrpcCache:
             self.auth_seen.append(got)
         if self.token is not None and got != f"Bearer {self.token}":
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "no valid bearer token")
+        if self.delay_s:
+            time.sleep(self.delay_s)
 
     def start(self) -> GrpcCache:
         server = grpc.server(ThreadPoolExecutor(8, thread_name_prefix="grpc-cache"))

@@ -11,6 +11,8 @@ import datetime
 import hashlib
 import ipaddress
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from fakes.grpc_cache import GrpcCache  # noqa: E402
 from hefbuild.declare.settings import CacheSettings, Credentials, load_settings  # noqa: E402
 from hefbuild.errors import SpecError  # noqa: E402
 from hefbuild.remote import grpc_transport  # noqa: E402
+from hefbuild.remote.problems import CorruptSource, Problem, RemoteError  # noqa: E402
 from hefbuild.remote.reapi import decode_action_result, encode_action_result  # noqa: E402
 from hefbuild.remote.signing import generate  # noqa: E402
 from hefbuild.remote.transport import transport_for  # noqa: E402
@@ -34,6 +37,7 @@ from .helpers import MODEL, TASKS, cache_toml, engine, make_project, run_all  # 
 
 INSTANCES = ("restore", "large", "stream", "entry")  # not "blobs": a resource name part
 TOKEN = "s3cr3t-T0KEN.value"
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +162,38 @@ def test_an_action_result_goes_out_and_comes_back_as_the_codecs_bytes(buildgrid,
     back: list[bytes] = []
     assert transport.get(f"ac/{key}", back.append, 1 << 20) == len(raw)
     assert back == [raw]
+
+
+def test_a_corrupt_local_file_is_never_committed_by_bytestream(double, tmp_path, monkeypatch):
+    monkeypatch.setattr(grpc_transport, "BATCH_LIMIT", 64)
+    monkeypatch.setattr(grpc_transport, "CHUNK", 16)
+    transport = transport_for(CacheSettings(double.url))
+    good = b"the bytes this blob is named after, a few chunks long" * 3
+    sha = hashlib.sha256(good).hexdigest()
+    (tmp_path / "blob").write_bytes(good[:-1] + b"!")  # bit rot since it was stored
+    with pytest.raises(CorruptSource):
+        transport.put(f"cas/{sha}", tmp_path / "blob", sha)
+    assert sha not in double.blobs  # cancelled before its last chunk (finish_write)
+    (tmp_path / "blob").write_bytes(good)
+    assert transport.put(f"cas/{sha}", tmp_path / "blob", sha) == len(good)
+    assert double.blobs[sha] == good
+
+
+def test_a_server_slower_than_the_timeout_is_cut_off(double):
+    double.delay_s = 1.5
+    transport = transport_for(CacheSettings(double.url, timeout_s=0.3))
+    with pytest.raises(RemoteError) as err:
+        transport.get(f"ac/{'a' * 64}", lambda c: None, 100)
+    assert err.value.problem is Problem.TIMEOUT and "no answer within 0.3 s" in str(err.value)
+
+
+def test_generic_code_never_imports_grpc():
+    code = ("import sys, hefbuild.engine.engine, hefbuild.remote.cache, hefbuild.cli.main; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'buildgrid', "
+            "'google')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": SRC})
+    assert out.stdout.strip() == "[]"
 
 
 # -- a server that lies ------------------------------------------------------------------
