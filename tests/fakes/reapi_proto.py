@@ -9,6 +9,8 @@ from pathlib import Path
 from types import ModuleType
 
 PROTO_DIR = Path(__file__).resolve().parents[1] / "remote"
+PACKAGE = "package build.bazel.remote.execution.v2;"
+OWN_PACKAGE = "package hefbuild_tests.reapi_subset;"
 
 
 def compile_reapi_subset(out: Path) -> ModuleType:
@@ -16,7 +18,14 @@ def compile_reapi_subset(out: Path) -> ModuleType:
 
     include = importlib.resources.files("grpc_tools") / "_proto"
     out.mkdir(parents=True, exist_ok=True)
-    args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out}",
+    # Compiled under a package of its own: the official classes (BuildGrid's, which the gRPC
+    # transport loads) may already hold build.bazel.remote.execution.v2.* in this process's
+    # descriptor pool, and a second Digest there is refused. The package is not on the wire.
+    source = (PROTO_DIR / "reapi_subset.proto").read_text()
+    assert PACKAGE in source
+    (out / "proto").mkdir(exist_ok=True)
+    (out / "proto" / "reapi_subset.proto").write_text(source.replace(PACKAGE, OWN_PACKAGE))
+    args = ["protoc", f"-I{out / 'proto'}", f"-I{include}", f"--python_out={out}",
             "reapi_subset.proto"]
     if protoc.main(args) != 0:
         raise RuntimeError("protoc failed on reapi_subset.proto")

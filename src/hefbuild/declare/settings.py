@@ -8,7 +8,8 @@ messages show.
     sandbox = true                                   # host stages in bubblewrap (default)
 
     [cache]
-    remote = "https://cache.example.org/hefbuild"   # or file:///mnt/shared/hefbuild-cache
+    remote = "https://cache.example.org/hefbuild"   # or file:///mnt/shared/hefbuild-cache,
+                                                     # or grpcs://cache.example.org/instance
     upload = false                                   # developers read, CI writes
     timeout = "30s"                                  # idle timeout of every request
     min_rate = "1MiB"                                # slowest transfer kept, per second
@@ -62,6 +63,9 @@ MAX_TRANSFERS = 64
 # something reads them; "all": every hit downloads every output into the store and build/.
 DOWNLOAD_MODES = ("minimal", "all")
 _SECRET_KEYS = {"token", "password", "user", "username", "auth"}
+# Bazel's HTTP cache protocol, or the gRPC Remote APIs (REAPI v2; the path names the instance).
+REMOTE_SCHEMES = ("http", "https", "grpc", "grpcs")
+_URL_KINDS = "an http(s)://, grpc(s):// or file:// URL"
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,7 @@ def _remote(value: Any, env: dict[str, str]) -> tuple[str | None, Credentials]:
 
     where = "HEFBUILD_REMOTE_CACHE" if "HEFBUILD_REMOTE_CACHE" in env else "cache.remote"
     if not isinstance(value, str):
-        raise SpecError(SETTINGS_FILE, where, "an http(s):// or file:// URL")
+        raise SpecError(SETTINGS_FILE, where, _URL_KINDS)
     parts = urlsplit(value)
     try:
         port = parts.port
@@ -223,9 +227,12 @@ def _remote(value: Any, env: dict[str, str]) -> tuple[str | None, Credentials]:
         if not parts.path.startswith("/") or parts.netloc not in ("", "localhost"):
             raise SpecError(SETTINGS_FILE, where, "a file:///absolute/path URL")
         return f"file://{parts.path.rstrip('/') or '/'}", Credentials()
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecError(SETTINGS_FILE, where, f"an http(s):// or file:// URL, got scheme "
+    if parts.scheme not in REMOTE_SCHEMES:
+        raise SpecError(SETTINGS_FILE, where, f"{_URL_KINDS}, got scheme "
                         f"{parts.scheme or '(none)'!r}")
+    if not parts.hostname:
+        raise SpecError(SETTINGS_FILE, where, f"a {parts.scheme}://host[:port]/... URL, got no "
+                        f"host")
     if parts.username and where == "cache.remote":
         raise SpecError(SETTINGS_FILE, where, "a URL without user:password@ (a committed file "
                         "holds no credentials: set HEFBUILD_REMOTE_CACHE, "

@@ -1,4 +1,4 @@
-"""The remote tier behind the local store: Bazel's HTTP cache layout, verified before trusted.
+"""The remote tier behind the local store: Bazel's cache layout, verified before trusted.
 
 What hefbuild writes for one action key (blobs first, the entry last, so a reader never
 meets an entry whose blobs were not uploaded):
@@ -19,16 +19,15 @@ the entry, and names only outputs the stage declares, at safe relative paths; ev
 the local store lacks is present with its declared size, and is streamed into the local
 store (stopping at that size) while its SHA-256 is computed. Only then is the record
 written to the local store. Anything else is a miss. A broken cache (unreachable, stalled,
-401, 5xx, full) is switched off for the rest of the invocation with one warning; the build
-goes on.
+401, 5xx, full) is off for the rest of the invocation with one warning; the build goes on.
 
 An upload sends only blobs the cache lacks or holds with the wrong size (or served wrong
 bytes for, in this process), hashing each as it goes: a local object whose bytes no longer
 match its name is never sent; it is removed from the local store with its record.
 
 Blobs move `[cache] transfers` at a time (default 4), each way, on threads with a connection
-of their own: presence checks, downloads and uploads. The entry still goes last, once every
-blob it names has arrived, and a hit is still recorded only after all its blobs verified.
+of their own: presence checks (one request for all over gRPC), downloads and uploads. The
+entry goes last, once every blob it names has arrived; a hit is recorded once all verified.
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ from .reapi import (
     signatures_of,
 )
 from .signing import SigningKey, verify_raw
-from .transport import Transport, transport_for
+from .transport import Transport, batched, transport_for
 
 RECORD_PATH = ".hefbuild/record.json"
 ENTRY_LIMIT = 4 << 20  # an ActionResult of ours is a few KB
@@ -199,6 +198,10 @@ class RemoteCache:
     def _all_present(self, wanted: dict[str, int], task: str) -> None:
         """Every blob there with its declared size, before any is downloaded."""
         items = sorted(wanted.items())
+        if batched(self._t) is not None:  # one request; there at another size is absent
+            if self._blobs.absent(items):
+                raise _Miss()
+            return
         sizes = self._each(self._retry, [(self._blobs.size, d) for d, _ in items])
         for (digest, size), there in zip(items, sizes, strict=True):
             if there is None:
@@ -252,9 +255,7 @@ class RemoteCache:
         entry = self._entry(record, ref, store)
         if self._same_entry_there(record):
             return
-        items = sorted(_sizes(record, store).items())
-        there = self._each(self._retry, [(self._blobs.has, d, size) for d, size in items])
-        missing = [d for (d, _), has in zip(items, there, strict=True) if not has]
+        missing = sorted(self._absent(sorted(_sizes(record, store).items())))
         self.sent += sum(self._each(self._retry, [
             (self._t.put, f"cas/{d}", store.object_path(d), d) for d in missing]))
         # The entry only once every blob it names is there: a reader never sees it first.
@@ -286,8 +287,7 @@ class RemoteCache:
         if there is None or (self._signer is not None and not self._signed_by_us(entry, record)):
             return False
         blobs = {there.hash: there.size, **{o.digest: o.size for o in record.outputs.values()}}
-        return all(self._each(self._retry, [(self._blobs.has, d, size)
-                                            for d, size in sorted(blobs.items())]))
+        return not self._absent(sorted(blobs.items()))
 
     def _signed_by_us(self, entry: ActionResultMessage, record: Record) -> bool:
         assert self._signer is not None
@@ -315,6 +315,13 @@ class RemoteCache:
             execution_completed=end, auxiliary=aux)
 
     # -- transfers -------------------------------------------------------------------
+
+    def _absent(self, items: list[tuple[str, int]]) -> set[str]:
+        """The blobs the cache lacks at that size: one request (gRPC), else one HEAD each."""
+        if batched(self._t) is not None:
+            return self._blobs.absent(items)
+        there = self._each(self._retry, [(self._blobs.has, d, size) for d, size in items])
+        return {d for (d, _), has in zip(items, there, strict=True) if not has}
 
     def _each(self, call: Callable[..., T], calls: list[tuple[Any, ...]]) -> list[T]:
         """`call(*args)` for each, up to `transfers` at once, results in order. The first

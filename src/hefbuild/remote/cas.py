@@ -24,7 +24,7 @@ from typing import TypeVar
 from ..declare.settings import CacheSettings
 from ..store.store import Store
 from .problems import Oversized, RemoteError, SinkError
-from .transport import Transport, transport_for
+from .transport import Transport, batched, transport_for
 
 ATTEMPTS = 3
 T = TypeVar("T")
@@ -70,7 +70,17 @@ class BlobStore:
 
     def has(self, digest: str, size: int) -> bool:
         """Present with the right size, and never seen with wrong bytes."""
-        return digest not in self.bad and self.size(digest) == size
+        return not self.absent([(digest, size)])
+
+    def absent(self, refs: list[tuple[str, int]]) -> set[str]:
+        """The digests of `refs` (sha256, size) not there with that size, or seen with wrong
+        bytes: one request for all where the transport can (gRPC), else one HEAD each."""
+        many = batched(self._t)
+        if many is None:
+            return {d for d, size in refs if d in self.bad or self.size(d) != size}
+        bad = {d for d, _ in refs if d in self.bad}
+        rest = [(d, size) for d, size in refs if d not in bad]
+        return bad | (retry(many.missing, rest) if rest else set())
 
     def ensure(self, path: Path, digest: str) -> None:
         """`path` (whose SHA-256 must be `digest`) is in the CAS after this; its bytes are

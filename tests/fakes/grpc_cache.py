@@ -1,0 +1,187 @@
+"""A small REAPI v2 cache server in this process (grpcio, BuildGrid's servicer classes) that
+stores honestly and can be told to lie, to demand a bearer token, or to speak TLS.
+
+`GrpcCache` serves ActionCache, ContentAddressableStorage (FindMissingBlobs, Batch*Blobs)
+and ByteStream for every instance name, from dicts in memory. Unlike BuildGrid it checks
+nothing: an ActionResult may name blobs it does not have. Tell it to misbehave:
+
+    lie(sha, data)     reads of the blob `sha` answer `data` (wrong bytes, or another size);
+                       FindMissingBlobs still says it is there
+    forget(sha)        the blob is gone, the entries naming it stay
+
+`calls` logs every RPC's name, `updates` every UpdateActionResult request, `auth_seen`
+every authorization value received; `delay_s` holds every answer. With `token`, a call
+without `authorization: Bearer <token>` is refused with UNAUTHENTICATED. With
+`tls=(key_pem, cert_pem)` it listens with TLS.
+Only 127.0.0.1; `stop()` ends the server and its threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+
+import grpc
+from buildgrid._protos.build.bazel.remote.execution.v2 import (
+    remote_execution_pb2 as re_pb2,
+)
+from buildgrid._protos.build.bazel.remote.execution.v2 import (
+    remote_execution_pb2_grpc as re_grpc,
+)
+from buildgrid._protos.google.bytestream import bytestream_pb2, bytestream_pb2_grpc
+from buildgrid._protos.google.rpc import status_pb2
+
+READ_CHUNK = 1 << 16
+
+
+class GrpcCache:
+    def __init__(self, token: str | None = None, tls: tuple[bytes, bytes] | None = None,
+                 instance: str = "main") -> None:
+        self.token, self.tls, self.instance = token, tls, instance
+        self.blobs: dict[str, bytes] = {}
+        self.entries: dict[tuple[str, int], bytes] = {}
+        self.lies: dict[str, bytes] = {}
+        self.calls: list[str] = []
+        self.updates: list[re_pb2.UpdateActionResultRequest] = []
+        self.auth_seen: list[str] = []
+        self.delay_s = 0.0  # every call waits this long before it is answered
+        self.port = 0
+        self._lock = threading.Lock()
+        self._server: grpc.Server | None = None
+
+    @property
+    def url(self) -> str:
+        scheme = "grpcs" if self.tls else "grpc"
+        return f"{scheme}://127.0.0.1:{self.port}/{self.instance}"
+
+    def lie(self, sha: str, data: bytes) -> None:
+        self.lies[sha] = data
+
+    def forget(self, sha: str) -> None:
+        del self.blobs[sha]
+
+    def served(self, sha: str) -> bytes | None:
+        return self.lies.get(sha, self.blobs.get(sha))
+
+    def check(self, rpc: str, context: grpc.ServicerContext) -> None:
+        """Log the call; refuse it without the right bearer token."""
+        got = dict(context.invocation_metadata()).get("authorization", "")
+        with self._lock:
+            self.calls.append(rpc)
+            self.auth_seen.append(got)
+        if self.token is not None and got != f"Bearer {self.token}":
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "no valid bearer token")
+        if self.delay_s:
+            time.sleep(self.delay_s)
+
+    def start(self) -> GrpcCache:
+        server = grpc.server(ThreadPoolExecutor(8, thread_name_prefix="grpc-cache"))
+        re_grpc.add_ActionCacheServicer_to_server(_ActionCache(self), server)
+        re_grpc.add_ContentAddressableStorageServicer_to_server(_Cas(self), server)
+        bytestream_pb2_grpc.add_ByteStreamServicer_to_server(_ByteStream(self), server)
+        if self.tls:
+            creds = grpc.ssl_server_credentials([self.tls])
+            self.port = server.add_secure_port("127.0.0.1:0", creds)
+        else:
+            self.port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=None).wait(5)
+            self._server = None
+
+    def __enter__(self) -> GrpcCache:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class _ActionCache(re_grpc.ActionCacheServicer):
+    def __init__(self, cache: GrpcCache) -> None:
+        self.cache = cache
+
+    def GetActionResult(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.cache.check("GetActionResult", context)
+        key = (request.action_digest.hash, request.action_digest.size_bytes)
+        raw = self.cache.entries.get(key)
+        if raw is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, "no such action")
+        return re_pb2.ActionResult.FromString(raw)
+
+    def UpdateActionResult(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.cache.check("UpdateActionResult", context)
+        self.cache.updates.append(request)
+        key = (request.action_digest.hash, request.action_digest.size_bytes)
+        self.cache.entries[key] = request.action_result.SerializeToString()
+        return request.action_result
+
+
+class _Cas(re_grpc.ContentAddressableStorageServicer):
+    def __init__(self, cache: GrpcCache) -> None:
+        self.cache = cache
+
+    def FindMissingBlobs(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.cache.check("FindMissingBlobs", context)
+        blobs = self.cache.blobs
+        return re_pb2.FindMissingBlobsResponse(missing_blob_digests=[
+            d for d in request.blob_digests
+            if d.hash not in blobs or len(blobs[d.hash]) != d.size_bytes])
+
+    def BatchReadBlobs(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.cache.check("BatchReadBlobs", context)
+        answers = []
+        for d in request.digests:
+            data = self.cache.served(d.hash)
+            code = grpc.StatusCode.OK if data is not None else grpc.StatusCode.NOT_FOUND
+            answers.append(re_pb2.BatchReadBlobsResponse.Response(
+                digest=d, data=data or b"", status=status_pb2.Status(code=code.value[0])))
+        return re_pb2.BatchReadBlobsResponse(responses=answers)
+
+    def BatchUpdateBlobs(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.cache.check("BatchUpdateBlobs", context)
+        answers = []
+        for r in request.requests:
+            ok = hashlib.sha256(r.data).hexdigest() == r.digest.hash
+            if ok:
+                self.cache.blobs[r.digest.hash] = r.data
+            code = grpc.StatusCode.OK if ok else grpc.StatusCode.INVALID_ARGUMENT
+            answers.append(re_pb2.BatchUpdateBlobsResponse.Response(
+                digest=r.digest, status=status_pb2.Status(code=code.value[0])))
+        return re_pb2.BatchUpdateBlobsResponse(responses=answers)
+
+
+class _ByteStream(bytestream_pb2_grpc.ByteStreamServicer):
+    def __init__(self, cache: GrpcCache) -> None:
+        self.cache = cache
+
+    def Read(self, request, context) -> Iterator[bytestream_pb2.ReadResponse]:  # noqa: ANN001, N802
+        self.cache.check("ByteStream.Read", context)
+        sha = request.resource_name.split("/blobs/")[1].split("/")[0]
+        data = self.cache.served(sha)
+        if data is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, "no such blob")
+        for start in range(0, len(data), READ_CHUNK):
+            yield bytestream_pb2.ReadResponse(data=data[start:start + READ_CHUNK])
+
+    def Write(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
+        self.cache.check("ByteStream.Write", context)
+        parts, name, finished = [], "", False
+        for request in request_iterator:
+            name = name or request.resource_name
+            parts.append(request.data)
+            finished = request.finish_write
+        data = b"".join(parts)
+        sha = name.split("/blobs/")[1].split("/")[0]
+        if not finished or hashlib.sha256(data).hexdigest() != sha:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "incomplete or wrong bytes")
+        self.cache.blobs[sha] = data
+        return bytestream_pb2.WriteResponse(committed_size=len(data))
