@@ -7,10 +7,11 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
+from session_once import once_per_session
 
 from hefbuild.execute.sandbox import bwrap_path
 from hefbuild.store.events import expand_summaries, read_events
@@ -108,15 +109,25 @@ def tiny_tasks(model: str = "tiny-llama") -> set[str]:
     return {f"{s}:{model}" for s in TINY}
 
 
-@pytest.fixture(scope="session")
-def built_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DoitRun, DoitRun]:
-    """A store holding one full build of tiny-llama, plus the first and second runs."""
-    base = tmp_path_factory.mktemp("first")
-    project = copy_project(base / "project", base / "store")
+def _build_tiny_llama(folder: Path) -> None:
+    project = copy_project(folder / "project", folder / "store")
     first = project.doit("verify:tiny-llama")
     assert first.returncode == 0, first.stdout + first.stderr
     second = project.doit("verify:tiny-llama")
-    return project.store, first, second
+    (folder / "runs.json").write_text(json.dumps([asdict(first), asdict(second)]))
+
+
+@pytest.fixture(scope="session")
+def built_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DoitRun, DoitRun]:
+    """A store holding one full build of tiny-llama, plus the first and second runs.
+
+    Built once for the whole session (every worker), then copied: each worker's tests
+    build their edits into their own store, so no test sees another worker's builds."""
+    shared = once_per_session(tmp_path_factory, "e2e-tiny-llama", _build_tiny_llama)
+    first, second = (DoitRun(**run) for run in json.loads((shared / "runs.json").read_text()))
+    store = tmp_path_factory.mktemp("first") / "store"
+    shutil.copytree(shared / "store", store, symlinks=True)
+    return store, first, second
 
 
 @pytest.fixture

@@ -4,31 +4,66 @@ store runs `doit verify:tiny-llama` and executes no rule."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
-from e2e.conftest import copy_project, tiny_tasks
+from e2e.conftest import DoitRun, Project, copy_project, tiny_tasks
+from fakes.cache_server import NginxCache
 
 from hefbuild.remote.signing import generate
+
+from .conftest import require_nginx
 
 pytestmark = pytest.mark.e2e
 
 
+@dataclass
+class WarmRemote:
+    server: NginxCache
+    ci: Project
+    first: DoitRun
+    public: str
+
+
+# One main-branch build (about 40 s: the whole tiny chain) uploads for every test here; each
+# test then reads it from a new clone with an empty store, and uploads nothing.
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmRemote]:
+    require_nginx()
+    base = tmp_path_factory.mktemp("warm-remote")
+    server = NginxCache(root=base / "nginx").start()
+    try:
+        public = generate("ci-main", base / "ci.secret")
+        ci = copy_project(base / "ci", base / "ci-store")
+        first = ci.doit("verify:tiny-llama", env={
+            "HEFBUILD_REMOTE_CACHE": server.url, "HEFBUILD_REMOTE_UPLOAD": "1",
+            "HEFBUILD_SIGNING_KEY": str(base / "ci.secret")})
+        assert first.returncode == 0, first.stdout + first.stderr
+        yield WarmRemote(server, ci, first, public)
+    finally:
+        server.stop()
+
+
+def reader(tmp_path: Path, settings: str) -> Project:
+    """A pull request's runner: a new clone and an empty store, `settings` its hefbuild.toml."""
+    (tmp_path / "pr").mkdir()
+    pr = copy_project(tmp_path / "pr" / "project", tmp_path / "pr" / "store")
+    (pr.root / "hefbuild.toml").write_text(settings)
+    return pr
+
+
 def test_a_fresh_clone_with_an_empty_store_runs_no_rule_against_a_warm_remote(
-        tmp_path, make_cache):
-    server = make_cache()
-    public = generate("ci-main", tmp_path / "ci.secret")
-    ci = copy_project(tmp_path / "ci", tmp_path / "ci-store")
-    ci_env = {"HEFBUILD_REMOTE_CACHE": server.url, "HEFBUILD_REMOTE_UPLOAD": "1",
-              "HEFBUILD_SIGNING_KEY": str(tmp_path / "ci.secret")}
-    first = ci.doit("verify:tiny-llama", env=ci_env)
-    assert first.returncode == 0, first.stdout + first.stderr
+        tmp_path: Path, warm: WarmRemote) -> None:
+    first = warm.first
     assert first.outcomes() == {t: "built" for t in tiny_tasks()}
     assert "hefbuild: 5 built, 0 restored, 0 from remote, 0 up to date, 0 failed" in first.stdout
 
-    # A pull request's runner: new clone, empty store, reads only signed entries.
-    (tmp_path / "pr").mkdir()
-    pr = copy_project(tmp_path / "pr" / "project", tmp_path / "pr" / "store")
-    (pr.root / "hefbuild.toml").write_text(
-        f'[cache]\nremote = "{server.url}"\ntrusted_keys = ["{public}"]\n')
+    # Reads only signed entries.
+    pr = reader(tmp_path, f'[cache]\nremote = "{warm.server.url}"\n'
+                          f'trusted_keys = ["{warm.public}"]\n')
+    before = len(warm.server.requests())
     second = pr.doit("verify:tiny-llama")
     assert second.returncode == 0, second.stdout + second.stderr
     assert second.outcomes() == {t: "remote" for t in tiny_tasks()}
@@ -38,30 +73,22 @@ def test_a_fresh_clone_with_an_empty_store_runs_no_rule_against_a_warm_remote(
     assert "WARNING" not in second.stderr
     assert "verify:tiny-llama: passed" in second.stdout
     assert pr.manifest("verify:tiny-llama")["outcome"] == "remote"
-    puts_before = [r for r in server.requests() if r[0] == "PUT"]
 
-    # Its own result is now local: again, and after `rm -rf build`, nothing remote.
+    # Its own result is now local: again, nothing remote.
     again = pr.doit("verify:tiny-llama")
     assert again.outcomes() == {t: "uptodate" for t in tiny_tasks()}
-    assert [r for r in server.requests() if r[0] == "PUT"] == puts_before  # readers never write
+    assert [r for r in warm.server.requests()[before:] if r[0] == "PUT"] == []  # never writes
 
 
 def test_minimal_download_moves_only_the_checks_outputs_then_what_a_rerun_reads(
-        tmp_path, make_cache):
+        tmp_path: Path, warm: WarmRemote) -> None:
     """Issue 24: a warm remote, a fresh clone and an empty store, `download = "minimal"`."""
-    server = make_cache()
-    ci = copy_project(tmp_path / "ci", tmp_path / "ci-store")
-    built = ci.doit("verify:tiny-llama", env={"HEFBUILD_REMOTE_CACHE": server.url,
-                                              "HEFBUILD_REMOTE_UPLOAD": "1"})
-    assert built.returncode == 0, built.stdout + built.stderr
+    server, ci = warm.server, warm.ci
     sizes = {t.split(":")[0]: sum(o["size"] for o in ci.manifest(t)["outputs"].values())
              for t in tiny_tasks()}
     chain = sum(sizes.values())
 
-    (tmp_path / "pr").mkdir()
-    pr = copy_project(tmp_path / "pr" / "project", tmp_path / "pr" / "store")
-    (pr.root / "hefbuild.toml").write_text(f'[cache]\nremote = "{server.url}"\n'
-                                           f'download = "minimal"\n')
+    pr = reader(tmp_path, f'[cache]\nremote = "{server.url}"\ndownload = "minimal"\n')
     before = settled(server)
     run = pr.doit("verify:tiny-llama")
     assert run.returncode == 0, run.stdout + run.stderr
