@@ -20,6 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+# The session's local tiny-llama build (made once for every worker), compared with a cluster's.
+from e2e.conftest import built_store  # noqa: F401
 from fakes.cache_server import NginxCache
 
 from .raycluster import start, stop

@@ -216,10 +216,11 @@ def test_parallel_stages_spread_over_the_cluster(cluster: dict, tmp_path: Path) 
     assert len(nodes) >= 2, nodes  # 4 CPUs over three nodes: not all on one
 
 
-# About a minute: the whole tiny chain twice, on the cluster and locally, is what it compares.
+# About a minute: the whole tiny chain on the cluster, compared with the local build of it
+# that the session makes once (built_store, shared with the e2e tests).
 def test_the_tiny_pipeline_on_the_cluster_is_byte_identical_to_a_local_build(
-        cluster: dict, tmp_path: Path) -> None:
-    local = copy_project(tmp_path / "local", tmp_path / "local-store")
+        cluster: dict, tmp_path: Path, built_store: tuple) -> None:
+    local = copy_project(tmp_path / "local", built_store[0])
     remote = copy_project(tmp_path / "remote", tmp_path / "remote-store")
     (remote.root / "hefbuild.toml").write_text(
         f'[cache]\nremote = "{cluster["cache"].url}"\n\n'
