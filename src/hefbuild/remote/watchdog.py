@@ -68,6 +68,8 @@ class Watchdog:
             if not deadline.done:
                 deadline.done = True
                 self._done += 1
+                if self._heap[0][2] is deadline:  # the one it sleeps for: look again, so
+                    self._cond.notify()  # an idle thread ends IDLE_S after the last exchange
                 self._compact()
 
     def pending(self) -> int:
