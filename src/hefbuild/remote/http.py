@@ -1,7 +1,7 @@
 """The HTTP transport (Bazel's cache protocol): one kept-alive connection per thread, an
 idle timeout on every socket operation and a deadline on every exchange (timeout + size /
-min_rate); uploads hashed as they go, downloads stopped at the size expected. The only
-module that knows about sockets and status codes."""
+min_rate, enforced by the shared watchdog.py thread); uploads hashed as they go, downloads
+stopped at the size expected. The only module that knows about sockets and status codes."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import base64
 import hashlib
 import http.client
 import os
-import socket
 import ssl
 import threading
-from contextlib import suppress
 from pathlib import Path
 from typing import IO
 from urllib.parse import urlsplit
 
 from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
+from .hashing import StreamHash
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
+from .watchdog import SHARED, Deadline, Watchdog
 
 CHUNK = 1 << 20
 
@@ -31,34 +31,6 @@ def _status_problem(status: int) -> Problem:
     if status >= 500:
         return Problem.SERVER
     return Problem.PROTOCOL
-
-
-class _Watchdog:
-    """Ends an exchange that outlives its deadline, whatever it is blocked in (headers,
-    body, a send): a timer shuts the socket down, so the blocked call returns at once. The
-    idle timeout alone lets a server that sends a byte every few seconds hold us forever."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expired = False
-        self._timer: threading.Timer | None = None
-        self._sock: socket.socket | None = None
-
-    def arm(self, sock: socket.socket | None) -> None:
-        self._sock = sock
-        self._timer = threading.Timer(self.seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _expire(self) -> None:
-        self.expired = True
-        if self._sock is not None:
-            with suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
-
-    def disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
 
 
 class HttpTransport:
@@ -75,6 +47,7 @@ class HttpTransport:
         self._headers = {"User-Agent": "hefbuild"} | _auth_header(settings)
         self._ssl = _ssl_context(settings) if self._https else None
         self._local = threading.local()
+        self.watchdog: Watchdog = SHARED
 
     def head(self, path: str) -> int | None:
         status, size = self._call("HEAD", path)
@@ -94,26 +67,31 @@ class HttpTransport:
     # The one place that turns sockets and statuses into RemoteError.
     def _call(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None = None,
               reader: tuple[Sink, int | None] | None = None, size: int = 0) -> tuple[int, int]:
-        watchdog = _Watchdog(self._timeout + size / self._min_rate)
+        deadline: Deadline | None = None
         try:
-            answer = self._exchange(method, path, body, reader, watchdog)
+            conn = self._conn()
+            if conn.sock is None:
+                conn.connect()
+            deadline = self.watchdog.arm(self._timeout + size / self._min_rate, conn.sock)
+            answer = self._exchange(conn, method, path, body, reader)
         except (CorruptSource, SinkError):
             self._drop()  # the server never sees the rest of the body: it keeps nothing
             raise
         except Exception as exc:
             self._drop()
-            raise self._translated(exc, watchdog) from exc
+            raise self._translated(exc, deadline) from exc
         finally:
-            watchdog.disarm()
-        if watchdog.expired:  # a cut-off body can look complete to http.client
+            if deadline is not None:
+                self.watchdog.disarm(deadline)
+        if deadline.expired:  # a cut-off body can look complete to http.client
             self._drop()
-            raise self._translated(TimeoutError(), watchdog)
+            raise self._translated(TimeoutError(), deadline)
         return answer
 
-    def _translated(self, exc: Exception, watchdog: _Watchdog) -> Exception:
-        if watchdog.expired:
+    def _translated(self, exc: Exception, deadline: Deadline | None) -> Exception:
+        if deadline is not None and deadline.expired:
             return RemoteError(Problem.TIMEOUT, f"slower than {_rate(self._min_rate)} "
-                               f"(cut off after {watchdog.seconds:.0f} s)")
+                               f"(cut off after {deadline.seconds:.0f} s)")
         if isinstance(exc, RemoteError):
             return exc
         if isinstance(exc, TimeoutError):
@@ -126,14 +104,10 @@ class HttpTransport:
             return RemoteError(Problem.UNREACHABLE, exc.strerror or type(exc).__name__)
         return exc
 
-    def _exchange(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None,
-                  reader: tuple[Sink, int | None] | None,
-                  watchdog: _Watchdog) -> tuple[int, int]:
+    def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
+                  body: tuple[Path | bytes, str | None] | None,
+                  reader: tuple[Sink, int | None] | None) -> tuple[int, int]:
         headers = dict(self._headers)
-        conn = self._conn()
-        if conn.sock is None:
-            conn.connect()
-        watchdog.arm(conn.sock)
         url = f"{self._base}/{path}"
         if body is None:
             conn.request(method, url, headers=headers)
@@ -145,7 +119,10 @@ class HttpTransport:
                 size = os.fstat(f.fileno()).st_size
                 headers["Content-Length"] = str(size)
                 source = f if body[1] is None else _VerifiedBody(f, body[1], size)
-                conn.request(method, url, body=source, headers=headers)
+                try:
+                    conn.request(method, url, body=source, headers=headers)
+                finally:
+                    source.close()  # an aborted send ends the hashing worker too
         return self._answer(method, conn.getresponse(), reader)
 
     def _answer(self, method: str, resp: http.client.HTTPResponse,
@@ -213,16 +190,21 @@ def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int
 
 
 class _VerifiedBody:
-    """A file's bytes as http.client reads them, hashed on the way. The last chunk is held
-    back until every byte hashed to `digest`, so a corrupt local object aborts the PUT
-    before the server has its whole body (a server keeps only complete bodies)."""
+    """A file's bytes as http.client reads them, hashed on the way (beside the socket for a
+    large file: hashing.py). The last chunk is held back until every byte hashed to
+    `digest`, so a corrupt local object aborts the PUT before the server has its whole
+    body (a server keeps only complete bodies)."""
 
     def __init__(self, f: IO[bytes], digest: str, size: int) -> None:
         self._f, self._digest, self._left = f, digest, size
-        self._hasher = hashlib.sha256()
-        self._ahead = self._next()
-        if not self._ahead:
-            self._check()
+        self._hasher = StreamHash(size)
+        try:
+            self._ahead = self._next()
+            if not self._ahead:
+                self._check()
+        except BaseException:
+            self.close()
+            raise
 
     def _next(self) -> bytes:
         chunk = self._f.read(min(CHUNK, self._left)) if self._left > 0 else b""
@@ -236,6 +218,9 @@ class _VerifiedBody:
         if chunk and not self._ahead:
             self._check()
         return chunk
+
+    def close(self) -> None:
+        self._hasher.close()
 
     def _check(self) -> None:
         actual = self._hasher.hexdigest()
