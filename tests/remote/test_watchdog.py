@@ -1,25 +1,21 @@
-"""Every exchange's deadline is served by one watchdog thread (remote/watchdog.py), and large
-bodies are hashed beside the socket (remote/hashing.py): a stalled exchange is still cut at
-its deadline, many deadlines at once are each served on time, no thread is started per
-exchange, and a corrupt large upload is still aborted before the server keeps it."""
+"""Every exchange's deadline is served by one watchdog thread (remote/watchdog.py): a stalled
+exchange is still cut at its deadline, many deadlines at once are each served on time, and
+no thread is started per exchange."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fakes.cache_server import NginxCache, SilentServer
 
 from hefbuild.declare.settings import CacheSettings
-from hefbuild.remote import hashing, watchdog
+from hefbuild.remote import watchdog
 from hefbuild.remote.http import HttpTransport
-from hefbuild.remote.problems import CorruptSource, Problem, RemoteError
+from hefbuild.remote.problems import Problem, RemoteError
 from hefbuild.remote.watchdog import Watchdog
 
 
@@ -128,29 +124,3 @@ def test_a_stalled_server_is_still_cut_off(silent_server: SilentServer) -> None:
     with pytest.raises(RemoteError) as err:
         http.head("cas/" + "0" * 64)
     assert err.value.problem is Problem.TIMEOUT and time.monotonic() - start < 5.0
-
-
-def test_a_large_body_is_hashed_on_a_worker_to_the_same_digest() -> None:
-    data = os.urandom(3 << 20)
-    h = hashing.StreamHash(hashing.BACKGROUND_FROM)
-    buf = bytearray(1 << 20)
-    for i in range(3):  # one reused buffer, as a download does
-        buf[:] = data[i << 20:(i + 1) << 20]
-        h.update(memoryview(buf))
-    assert h.hexdigest() == hashlib.sha256(data).hexdigest()
-    assert not any(t.name == "hefbuild-hash" for t in threading.enumerate())
-
-
-def test_a_corrupt_large_upload_is_aborted_and_kept_nowhere(nginx_cache: NginxCache,
-                                                            tmp_path: Path) -> None:
-    path = tmp_path / "big"
-    path.write_bytes(os.urandom(hashing.BACKGROUND_FROM + 12345))
-    claimed = hashlib.sha256(b"other bytes").hexdigest()
-    http = HttpTransport(CacheSettings(remote=nginx_cache.url, timeout_s=10.0))
-    with pytest.raises(CorruptSource):
-        http.put(f"cas/{claimed}", path, claimed)
-    assert not nginx_cache.blob_path(claimed).exists()
-    assert not any(t.name == "hefbuild-hash" for t in threading.enumerate())
-    good = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert http.put(f"cas/{good}", path, good) == path.stat().st_size
-    assert nginx_cache.blob_path(good).read_bytes() == path.read_bytes()

@@ -13,6 +13,7 @@ Nothing is trusted by name alone:
 
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
 import time
@@ -22,7 +23,6 @@ from typing import TypeVar
 
 from ..declare.settings import CacheSettings
 from ..store.store import Store
-from .hashing import StreamHash
 from .problems import Oversized, RemoteError, SinkError
 from .transport import Transport, batched, transport_for
 
@@ -105,23 +105,21 @@ class BlobStore:
 
     def _download(self, digest: str, store: Store, size: int | None) -> int | None:
         with store.incoming() as (path, out):
-            hasher = StreamHash(size or 0)  # a large blob is hashed beside the socket
+            hasher = hashlib.sha256()
 
             def sink(chunk: bytes | memoryview) -> None:
-                out.write(chunk)
                 hasher.update(chunk)
+                out.write(chunk)
 
             try:
                 got = self._t.get(f"cas/{digest}", sink, size)
             except Oversized as exc:
                 self.bad.add(digest)
                 raise WrongSize(digest, exc.limit, "more") from exc
-            finally:
-                actual = hasher.hexdigest()  # also ends the worker when the get failed
             out.close()
             if got is None:
                 return None
-            self._check(digest, size, got, actual)
+            self._check(digest, size, got, hasher.hexdigest())
             store.put_verified(path, digest)
         with self._count:
             self.received += got

@@ -16,7 +16,6 @@ from typing import IO
 from urllib.parse import urlsplit
 
 from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
-from .hashing import StreamHash
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
 from .watchdog import SHARED, Deadline, Watchdog
 
@@ -119,10 +118,7 @@ class HttpTransport:
                 size = os.fstat(f.fileno()).st_size
                 headers["Content-Length"] = str(size)
                 source = f if body[1] is None else _VerifiedBody(f, body[1], size)
-                try:
-                    conn.request(method, url, body=source, headers=headers)
-                finally:
-                    source.close()  # an aborted send ends the hashing worker too
+                conn.request(method, url, body=source, headers=headers)
         return self._answer(method, conn.getresponse(), reader)
 
     def _answer(self, method: str, resp: http.client.HTTPResponse,
@@ -190,21 +186,16 @@ def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int
 
 
 class _VerifiedBody:
-    """A file's bytes as http.client reads them, hashed on the way (beside the socket for a
-    large file: hashing.py). The last chunk is held back until every byte hashed to
-    `digest`, so a corrupt local object aborts the PUT before the server has its whole
-    body (a server keeps only complete bodies)."""
+    """A file's bytes as http.client reads them, hashed on the way. The last chunk is held
+    back until every byte hashed to `digest`, so a corrupt local object aborts the PUT
+    before the server has its whole body (a server keeps only complete bodies)."""
 
     def __init__(self, f: IO[bytes], digest: str, size: int) -> None:
         self._f, self._digest, self._left = f, digest, size
-        self._hasher = StreamHash(size)
-        try:
-            self._ahead = self._next()
-            if not self._ahead:
-                self._check()
-        except BaseException:
-            self.close()
-            raise
+        self._hasher = hashlib.sha256()
+        self._ahead = self._next()
+        if not self._ahead:
+            self._check()
 
     def _next(self) -> bytes:
         chunk = self._f.read(min(CHUNK, self._left)) if self._left > 0 else b""
@@ -218,9 +209,6 @@ class _VerifiedBody:
         if chunk and not self._ahead:
             self._check()
         return chunk
-
-    def close(self) -> None:
-        self._hasher.close()
 
     def _check(self) -> None:
         actual = self._hasher.hexdigest()
