@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,9 +68,20 @@ def random_blob(folder: Path, size: int) -> tuple[str, Path]:
     return digest, path
 
 
-def timed(run: Callable[[], None]) -> float:
+@dataclass
+class Contender:
+    """`run` is timed; `prepare` (emptying the folder it writes to, taking blobs off the
+    server) runs before it, untimed: deleting 200 files is not a transfer, and a store's
+    shard folders cost more to remove than curl's one folder."""
+
+    prepare: Callable[[], None]
+    run: Callable[[], None]
+
+
+def timed(contender: Contender) -> float:
+    contender.prepare()
     start = time.perf_counter()
-    run()
+    contender.run()
     return time.perf_counter() - start
 
 
@@ -79,12 +91,6 @@ class Bench:
 
     def settings(self, url: str, transfers: int) -> CacheSettings:
         return CacheSettings(remote=url, timeout_s=60.0, min_rate=1 << 20, transfers=transfers)
-
-    def fresh_store(self) -> Store:
-        root = self.work / "store"
-        shutil.rmtree(root, ignore_errors=True)
-        (self.work / "stat.sqlite3").unlink(missing_ok=True)
-        return Store(root, StatCache(self.work / "stat.sqlite3"))
 
     def seed(self, digests: list[str]) -> None:
         for d in digests:
@@ -99,9 +105,13 @@ class Bench:
 
     # -- downloads -----------------------------------------------------------------------
 
-    def ours_down(self, url: str, digests: list[str], transfers: int) -> Callable[[], None]:
+    def ours_down(self, url: str, digests: list[str], transfers: int) -> Contender:
+        def prepare() -> None:
+            shutil.rmtree(self.work / "store", ignore_errors=True)
+            (self.work / "stat.sqlite3").unlink(missing_ok=True)
+
         def run() -> None:
-            store = self.fresh_store()
+            store = Store(self.work / "store", StatCache(self.work / "stat.sqlite3"))
             settings = self.settings(url, transfers)
             cache = RemoteCache(settings, print)
             blobs = BlobStore(settings, cache._t)
@@ -109,47 +119,48 @@ class Bench:
             got = cache._each(blobs.download, [(d, store, s) for d, s in zip(digests, sizes,
                                                                           strict=True)])
             assert got == sizes, "a download came back short"
-        return run
+        return Contender(prepare, run)
 
-    def curl_down(self, url: str, digests: list[str], parallel: int) -> Callable[[], None]:
-        def run() -> None:
-            out = self.work / "curl-out"
+    def curl_down(self, url: str, digests: list[str], parallel: int) -> Contender:
+        out = self.work / "curl-out"
+
+        def prepare() -> None:
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
+
+        def run() -> None:
             args = ["curl", "-sSf", "--no-progress-meter", "--max-time", "600"]
             if parallel > 1:
                 args += ["--parallel", "--parallel-max", str(parallel)]
             for d in digests:
                 args += ["-o", str(out / d), f"{url}/cas/{d}"]
             subprocess.run(args, check=True)
-        return run
+        return Contender(prepare, run)
 
     # -- uploads -------------------------------------------------------------------------
 
-    def ours_up(self, url: str, digests: list[str], transfers: int) -> Callable[[], None]:
+    def ours_up(self, url: str, digests: list[str], transfers: int) -> Contender:
         def run() -> None:
-            self.unseed(digests)
             settings = self.settings(url, transfers)
             cache = RemoteCache(settings, print)
             put = HttpTransport(settings).put
             cache._each(put, [(f"cas/{d}", self.blobs[d], d) for d in digests])
-        return run
+        return Contender(lambda: self.unseed(digests), run)
 
-    def curl_up(self, url: str, digests: list[str], parallel: int) -> Callable[[], None]:
+    def curl_up(self, url: str, digests: list[str], parallel: int) -> Contender:
         def run() -> None:
-            self.unseed(digests)
             args = ["curl", "-sSf", "--no-progress-meter", "--max-time", "600", "-o", "/dev/null"]
             if parallel > 1:
                 args += ["--parallel", "--parallel-max", str(parallel)]
             for d in digests:
                 args += ["-T", str(self.blobs[d]), f"{url}/cas/{d}"]
             subprocess.run(args, check=True)
-        return run
+        return Contender(lambda: self.unseed(digests), run)
 
 
-def race(rounds: int, a: Callable[[], None], b: Callable[[], None]) -> tuple[float, float]:
+def race(rounds: int, a: Contender, b: Contender) -> tuple[float, float]:
     """Medians of `rounds` alternating runs (the order flips each round), after a warm-up."""
-    a(), b()
+    timed(a), timed(b)
     ta, tb = [], []
     for i in range(rounds):
         for first in ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta)):
