@@ -319,6 +319,25 @@ def test_tokenizer_is_ready_for_the_genai_server(built: dict[str, Built], name: 
     assert "Strip" not in json.dumps(decoder)
 
 
+def test_reference_npz_is_streamed_and_reads_back(tmp_path: Path) -> None:
+    from common.hailo_inputs import save_npz
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        "table": rng.standard_normal((3000, 700)).astype(np.float32),  # > one 16 MiB chunk
+        "fortran": np.asfortranarray(rng.standard_normal((5, 7))),
+        "scalar": np.array(3, dtype=np.int64),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+    }
+    save_npz(str(tmp_path / "a.npz"), arrays)
+    save_npz(str(tmp_path / "b.npz"), arrays)
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    with np.load(tmp_path / "a.npz") as back:
+        assert sorted(back.files) == sorted(arrays)
+        for name, array in arrays.items():
+            np.testing.assert_array_equal(back[name], array)
+
+
 def test_strip_steps_are_dropped_from_a_sentencepiece_decoder() -> None:
     from common.hailo_tokenizer import strip_free_decoder
 
