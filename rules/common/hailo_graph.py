@@ -113,7 +113,7 @@ class HeadNorm(nn.Module):
 
     def __init__(self, weight: torch.Tensor, eps: float, heads: int) -> None:
         super().__init__()
-        self.weight = _view(weight.detach().float().repeat(heads))  # a copy: [heads * hd]
+        self.weight = _view(weight.repeat(heads))  # the one copy: [heads * hd]
         self.eps = eps
 
     def forward(self, x: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:

@@ -54,9 +54,8 @@ def traced_graph(module: HailoDecoder, path: Path) -> Any:
     traced = work / "graph.onnx"
     tensors = graph_tensors(module)
     sample = tuple(torch.zeros(shape) for shape in module.spec.input_shapes.values())
-    # In eval mode the exporter merges initializers of equal VALUES (norm weights that are all
-    # ones, the shards' selectors) into one read through Identity nodes; it has none to merge
-    # here, the weights being inputs, which keep their own names.
+    # In eval mode the exporter merges initializers of equal VALUES (e.g. norm weights that are
+    # all ones) into one read through Identity nodes; shown no initializer, it merges none.
     with torch.no_grad():
         torch.onnx.export(
             module,
@@ -85,6 +84,7 @@ def write_inline(graph: Any, path: Path) -> None:
 
 
 def export_onnx(module: HailoDecoder, path: Path) -> None:
+    """The module's graph and weights as the self-contained ONNX file `path`."""
     write_inline(traced_graph(module, path), path)
 
 

@@ -29,9 +29,9 @@ Outputs (all byte-deterministic):
     layer_names            ONNX MatMul node names: {q_proj, k_proj, v_proj, o_proj, gate_proj,
                            up_proj, down_proj: [one per layer], lm_head: [one per shard]}
 
-Memory (peak RSS within 2x the float32 checkpoint; SmolLM2-135M 1.9x, Qwen2.5-0.5B 1.24x, most
-of the rest being the interpreter with torch and transformers): the weights are held once, by
-the transformers model (a memory map of the safetensors), and never copied whole:
+Memory (peak RSS within 2x the float32 checkpoint: SmolLM2-135M 1.90x, of which about 0.75x is
+the process with torch and transformers loaded; Qwen2.5-Coder-0.5B 1.24x): the weights are held
+once, by the transformers model (a memory map of the safetensors), and never copied whole:
 - `HailoDecoder`'s parameters are views of the model's tensors (a projection's [in, out] is
   the transposed view of HF's [out, in]);
 - the TorchScript exporter, which copies every constant it is shown several times over, is
