@@ -18,10 +18,18 @@ How each piece is expressed (every constant is an initializer, never an op):
 - attention: per-head [1, heads, seq, seq] scores; the tiled mask input is reshaped/transposed
   to that layout once at the top of the graph; SiLU as x * sigmoid(x).
 Node names follow the HF module names (`/layers.0/self_attn/q_proj/MatMul`, `/lm_head.0/MatMul`).
+
+The module copies no weight: each parameter is a view of the HF model's tensor (a projection's
+[in, out] is the transposed view of HF's [out, in]), so the two together take the checkpoint's
+size once. Its forward also takes every tensor of its state_dict as arguments after the six
+inputs (`graph_tensors` names them, in order); given, they stand in for its own, which is how
+the export traces them as graph inputs instead of serializing them (`common.hailo_graph_export`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -65,14 +73,20 @@ def last_position_selector(seq: int) -> torch.Tensor:
 # ---------------------------------------------------------------- modules
 
 
+def _view(tensor: torch.Tensor) -> nn.Parameter:
+    """A parameter sharing the tensor's storage (float32 checkpoints: `.float()` copies nothing)."""
+    return nn.Parameter(tensor.detach().float(), requires_grad=False)
+
+
 class Projection(nn.Module):
     """y = x @ W (+ b) with W stored as [in, out]: the MatMul reads the initializer directly
-    (nn.Linear would add a Transpose of the weight, which constant folding is off to remove)."""
+    (nn.Linear would add a Transpose of the weight, which constant folding is off to remove).
+    W is HF's [out, in] weight transposed as a view; the export writes it out [in, out]."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
-        self.weight = nn.Parameter(weight.detach().float().t().contiguous())
-        self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone())
+        self.weight = _view(weight.t())
+        self.bias = None if bias is None else _view(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = x @ self.weight
@@ -86,7 +100,7 @@ def _projection(src: nn.Linear) -> Projection:
 class RMSNorm(nn.Module):
     def __init__(self, weight: torch.Tensor, eps: float) -> None:
         super().__init__()
-        self.weight = nn.Parameter(weight.detach().float().clone())
+        self.weight = _view(weight)
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +113,7 @@ class HeadNorm(nn.Module):
 
     def __init__(self, weight: torch.Tensor, eps: float, heads: int) -> None:
         super().__init__()
-        self.weight = nn.Parameter(weight.detach().float().clone().repeat(heads))
+        self.weight = _view(weight.repeat(heads))  # the one copy: [heads * hd]
         self.eps = eps
 
     def forward(self, x: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
@@ -225,6 +239,23 @@ class HailoDecoder(nn.Module):
         sin_k: torch.Tensor,
         cos_q: torch.Tensor,
         sin_q: torch.Tensor,
+        *tensors: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        """Last-position logits; `tensors`, when given, stand in for `graph_tensors(self)`."""
+        inputs = (inputs_embeds, attention_mask, cos_k, sin_k, cos_q, sin_q)
+        if not tensors:
+            return self._logits(*inputs)
+        with standing_in(self, dict(zip(graph_tensors(self), tensors, strict=True))):
+            return self._logits(*inputs)
+
+    def _logits(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cos_k: torch.Tensor,
+        sin_k: torch.Tensor,
+        cos_q: torch.Tensor,
+        sin_q: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         s, heads = self.spec.seq_len, self.spec.num_attention_heads
         mask = attention_mask.reshape(1, s, heads, s).transpose(1, 2)
@@ -235,3 +266,31 @@ class HailoDecoder(nn.Module):
             x = layer(x, mask, rope, const)
         chains = zip(self.last, self.norm, self.lm_head, strict=True)
         return tuple(head(norm(last(x))) for last, norm, head in chains)
+
+
+# ---------------------------------------------------------------- tensors as arguments
+
+
+def graph_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer the graph reads, by state_dict name, in state_dict order:
+    the names and order of the exported initializers."""
+    return {name: t.detach() for name, t in module.state_dict(keep_vars=True).items()}
+
+
+@contextmanager
+def standing_in(module: nn.Module, tensors: dict[str, torch.Tensor]) -> Iterator[None]:
+    """The given tensors replace the module's parameters and buffers of the same names while
+    the block runs (torch.func.functional_call would, but refuses to run under the tracer;
+    the slots are written directly because setattr only takes Parameters)."""
+    saved = []
+    for name, tensor in tensors.items():
+        owner_name, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_name)
+        slots = owner._parameters if attr in owner._parameters else owner._buffers
+        saved.append((slots, attr, slots[attr]))
+        slots[attr] = tensor
+    try:
+        yield
+    finally:
+        for slots, attr, tensor in saved:
+            slots[attr] = tensor

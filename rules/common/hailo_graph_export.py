@@ -1,6 +1,7 @@
 """The Hailo-10H graph's export to ONNX and its checks: the interface and op set the DFC
 parser accepts, the projection nodes the recipes name, and the logits gate against
-transformers (ONNX Runtime and the torch module side by side).
+transformers (ONNX Runtime and the torch module side by side). The export and the ONNX Runtime
+run hold no copy of the weights: `traced_graph`, `write_inline` and `ort_logits` say how.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from common.hailo_graph import HailoDecoder
+from common.hailo_graph import HailoDecoder, graph_tensors
 from common.hailo_graph_spec import GraphSpec, UnsupportedModel
 from common.hailo_inputs import INPUT_NAMES
+from common.onnx_file import append_initializers, load_lazily, save_inline
 
 OPSET = 17
 # Every op the exported graph may contain; anything else (Expand, Gather, Slice, Concat, Where,
@@ -34,32 +36,56 @@ ALLOWED_OPS = frozenset(
         "Constant",
     }
 )
+WEIGHTS_NAME = "weights.bin"  # traced_graph's initializer data, beside the model it is for
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def export_onnx(module: HailoDecoder, path: Path) -> None:
-    """TorchScript exporter, opset 17, no constant folding (the contract's settings)."""
+def traced_graph(module: HailoDecoder, path: Path) -> Any:
+    """The graph for `path`, from the TorchScript exporter at opset 17 without constant folding
+    (the contract's settings), shown no weight: every tensor of `graph_tensors` is passed as an
+    argument, so the trace reads it as a graph input and the exporter writes the graph alone.
+    Those inputs then become the initializers of the same names, in the same order (what the
+    exporter would have written), their data streamed to WEIGHTS_NAME beside `path` (an
+    [in, out] projection, a transposed view, made contiguous a block at a time)."""
+    import onnx
+
+    work = path.parent
+    work.mkdir(parents=True, exist_ok=True)
+    traced = work / "graph.onnx"
+    tensors = graph_tensors(module)
     sample = tuple(torch.zeros(shape) for shape in module.spec.input_shapes.values())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Traced in training mode (the graph has no dropout or batch norm, so nothing else changes):
-    # in eval mode the exporter merges initializers with equal VALUES (e.g. norm weights that
-    # are all ones) and reads the copies through Identity nodes.
-    module.train()
-    try:
-        with torch.no_grad():
-            torch.onnx.export(
-                module,
-                sample,
-                str(path),
-                dynamo=False,
-                opset_version=OPSET,
-                input_names=list(INPUT_NAMES),
-                output_names=module.spec.output_names,
-                do_constant_folding=False,
-                training=torch.onnx.TrainingMode.PRESERVE,
-            )
-    finally:
-        module.eval()
+    # In eval mode the exporter merges initializers of equal VALUES (e.g. norm weights that are
+    # all ones) into one read through Identity nodes; shown no initializer, it merges none.
+    with torch.no_grad():
+        torch.onnx.export(
+            module,
+            (*sample, *tensors.values()),
+            str(traced),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=[*INPUT_NAMES, *tensors],
+            output_names=module.spec.output_names,
+            do_constant_folding=False,
+        )
+    graph = onnx.load(str(traced))
+    traced.unlink()
+    kept = [i for i in graph.graph.input if i.name not in tensors]
+    graph.graph.ClearField("input")
+    graph.graph.input.extend(kept)
+    append_initializers(graph, ((n, t.numpy()) for n, t in tensors.items()), work, WEIGHTS_NAME)
+    return graph
+
+
+def write_inline(graph: Any, path: Path) -> None:
+    """`traced_graph`'s graph as the one self-contained file `path`, its weights copied in from
+    their file in chunks (which then goes): the torch weights need not be in memory."""
+    save_inline(graph, path, path.parent)
+    (path.parent / WEIGHTS_NAME).unlink()
+
+
+def export_onnx(module: HailoDecoder, path: Path) -> None:
+    """The module's graph and weights as the self-contained ONNX file `path`."""
+    write_inline(traced_graph(module, path), path)
 
 
 def _dims(value_info: Any) -> list[int | str]:
@@ -100,10 +126,27 @@ def projection_nodes(model: Any, spec: GraphSpec) -> dict[str, list[str]]:
 
 
 def ort_logits(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    """Run the graph on ONNX Runtime (CPU, one thread); all shards joined: [vocab] float32."""
-    from common.determinism import ort_session
+    """Run the graph on ONNX Runtime (CPU, one thread); all shards joined: [vocab] float32.
 
-    session = ort_session(str(path))
+    The session is given the graph with its initializers as references into `path` (external
+    data), so it maps their pages instead of holding the parsed file and a copy of each tensor;
+    with prepacking (a repacked copy of every MatMul weight) and constant folding off, it runs
+    on those mapped pages alone. Nothing is written next to `path`."""
+    import onnxruntime as ort
+
+    view = load_lazily(path, path.parent)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    # A model given as bytes resolves its external data against this folder.
+    so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                str(path.parent))
+    session = ort.InferenceSession(view.SerializeToString(), so,
+                                   providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=["ConstantFolding"])
     outs = session.run(None, {name: feeds[name] for name in INPUT_NAMES})
     return np.concatenate([o.reshape(-1) for o in outs]).astype(np.float32)
 

@@ -20,7 +20,6 @@ does (`kv_idx > q_idx - sliding_window`).
 
 from __future__ import annotations
 
-import io
 import zipfile
 from collections.abc import Mapping, Sequence
 
@@ -110,13 +109,30 @@ def graph_inputs(
     }
 
 
+class _ByteCount:
+    """A write-only sink that only counts: the size of what np.save writes, before writing it."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        return len(data)
+
+
 def save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
     """Like np.savez (np.load reads it), but byte-identical run to run: members in sorted order,
-    uncompressed, with a fixed timestamp (np.savez stamps the current time)."""
+    uncompressed, with a fixed timestamp (np.savez stamps the current time). Each array is
+    written into the archive in numpy's 16 MiB chunks (the embedding table is as big as a
+    projection): its size is counted by a first pass, as the member header written first
+    needs it."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         for name in sorted(arrays):
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.asarray(arrays[name]), allow_pickle=False)
+            array = np.asarray(arrays[name])
+            count = _ByteCount()
+            np.lib.format.write_array(count, array, allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=ZIP_EPOCH)
             info.external_attr = 0o644 << 16
-            zf.writestr(info, buf.getvalue())
+            info.file_size = count.size
+            with zf.open(info, "w") as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)

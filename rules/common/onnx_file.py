@@ -13,6 +13,8 @@ quantize and export peak at 2-3x its size. Here the big tensors stay on disk:
   what protobuf would serialize for the same message, up to field order: initializers are written
   after the graph's other fields (parsers accept fields in any order). `inline_size` is that
   file's size, without writing it.
+- `append_initializers` turns arrays (a traced graph's weight inputs) into initializers whose
+  data goes to a file as it comes, for `save_inline` to copy into the model's own.
 
 Only the top-level graph's initializers are handled this way; tensors inside nodes (Constant
 attributes, subgraphs) stay in the message, as small ones do.
@@ -21,7 +23,7 @@ attributes, subgraphs) stay in the message, as small ones do.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Union
@@ -171,6 +173,38 @@ def load_lazily(path: Path, base_dir: Path) -> onnx.ModelProto:
 
 
 # -- writing ----------------------------------------------------------------------------------
+
+
+def write_c_order(out: BinaryIO, array: Any) -> None:
+    """The array's bytes in C order; a strided view (a transposed weight) is made contiguous
+    a block of rows at a time, so no whole copy of it is ever held."""
+    import numpy as np
+
+    if array.flags.c_contiguous or array.ndim == 0:
+        out.write(np.ascontiguousarray(array).data)
+        return
+    rows = max(1, CHUNK // max(1, array[0].nbytes))
+    for start in range(0, len(array), rows):
+        out.write(np.ascontiguousarray(array[start : start + rows]).data)
+
+
+def append_initializers(model: onnx.ModelProto, arrays: Iterable[tuple[str, Any]],
+                        folder: Path, file_name: str) -> None:
+    """Each (name, numpy array) becomes an initializer of `model` whose data is written to
+    `folder/file_name`, one after another, and referred to there (relative to `folder`). An
+    iterator can make each array as it is written; a strided view is never copied whole."""
+    import onnx
+
+    offset = 0
+    with open(folder / file_name, "wb") as data:
+        for name, array in arrays:
+            write_c_order(data, array)
+            tensor = onnx.TensorProto(
+                name=name, data_type=onnx.helper.np_dtype_to_tensor_dtype(array.dtype))
+            tensor.dims.extend(array.shape)
+            external_ref(tensor, file_name, offset, array.nbytes)
+            model.graph.initializer.append(tensor)
+            offset += array.nbytes
 
 
 def is_repeated(desc: object) -> bool:

@@ -9,9 +9,10 @@ inference, its protobuf, that protobuf's serialization), so it is shown none: th
 takes the weights as arguments standing in for the parameters, so they are graph inputs and the
 graph is exported alone. The weights then become initializers, streamed from the tensors to disk
 and from there into the one output file (common.onnx_file): each Linear's Transpose is folded
-into a transposed initializer, and a weight with more than one use (a tied embedding: the Gather
-table and the lm_head) is stored once and keeps its Transpose. The reference logits are taken
-first and the torch model is freed before ONNX Runtime runs the file.
+into a transposed initializer (written from a transposed view, 16 MiB at a time), and a weight
+with more than one use (a tied embedding: the Gather table and the lm_head) is stored once and
+keeps its Transpose. The reference logits are taken first and the torch model is freed before
+ONNX Runtime runs the file.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from common.action import check_outputs, fail, load_action, round_sig, write_jso
 from common.checkpoint import load_checkpoint
 from common.determinism import pin_torch
 from common.digest import sha256_file
-from common.onnx_file import external_ref, load_lazily, save_inline
+from common.onnx_file import append_initializers, load_lazily, save_inline
 
 # Fixed relative names: the traced file must not depend on the (fresh) scratch path.
 WORK = Path("export_work")
@@ -140,29 +141,12 @@ def drop_transposes(model: Any, transposes: dict[str, Any]) -> None:
     model.graph.node.extend(kept)
 
 
-def tensor_header(name: str, array: Any) -> Any:
-    import onnx
-
-    tensor = onnx.TensorProto(name=name, data_type=onnx.helper.np_dtype_to_tensor_dtype(
-        array.dtype))
-    tensor.dims.extend(array.shape)
-    return tensor
-
-
 def attach_weights(model: Any, weights: dict[str, Any]) -> None:
     """The weight inputs become initializers, their data written to WORK/WEIGHTS_NAME."""
     transposes = foldable_transposes(model, weights)
-    offset = 0
-    with open(WORK / WEIGHTS_NAME, "wb") as data:
-        for name, weight in weights.items():
-            if name in transposes:
-                name, weight = f"{name}.T", weight.t()
-            array = weight.contiguous().numpy()
-            data.write(array.data)
-            tensor = tensor_header(name, array)
-            external_ref(tensor, WEIGHTS_NAME, offset, array.nbytes)
-            model.graph.initializer.append(tensor)
-            offset += array.nbytes
+    arrays = ((f"{name}.T", weight.t().numpy()) if name in transposes else (name, weight.numpy())
+              for name, weight in weights.items())
+    append_initializers(model, arrays, WORK, WEIGHTS_NAME)
     drop_transposes(model, transposes)
     kept = [i for i in model.graph.input if i.name not in weights]
     model.graph.ClearField("input")

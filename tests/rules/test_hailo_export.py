@@ -319,6 +319,25 @@ def test_tokenizer_is_ready_for_the_genai_server(built: dict[str, Built], name: 
     assert "Strip" not in json.dumps(decoder)
 
 
+def test_reference_npz_is_streamed_and_reads_back(tmp_path: Path) -> None:
+    from common.hailo_inputs import save_npz
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        "table": rng.standard_normal((3000, 700)).astype(np.float32),  # > one 16 MiB chunk
+        "fortran": np.asfortranarray(rng.standard_normal((5, 7))),
+        "scalar": np.array(3, dtype=np.int64),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+    }
+    save_npz(str(tmp_path / "a.npz"), arrays)
+    save_npz(str(tmp_path / "b.npz"), arrays)
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    with np.load(tmp_path / "a.npz") as back:
+        assert sorted(back.files) == sorted(arrays)
+        for name, array in arrays.items():
+            np.testing.assert_array_equal(back[name], array)
+
+
 def test_strip_steps_are_dropped_from_a_sentencepiece_decoder() -> None:
     from common.hailo_tokenizer import strip_free_decoder
 
@@ -346,6 +365,92 @@ def test_reexport_is_byte_identical(built: dict[str, Built], name: str) -> None:
     first = sha256_tree(b.export.out)
     assert {k.split("/")[0] for k in first} == {o.rstrip("/") for o in OUTPUTS}
     assert sha256_tree(again.out) == first
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_each_weight_is_one_initializer_stored_in_out(built: dict[str, Built], name: str) -> None:
+    """The file holds each checkpoint weight once, as the initializer its MatMul reads directly,
+    [in, out]: no copy under another name, no [out, in] copy behind a Transpose, none hidden
+    in a Constant node."""
+    import hashlib
+
+    import onnx
+    from onnx import numpy_helper
+    from safetensors.numpy import load_file
+
+    b = built[name]
+    graph = onnx.load(str(b.export.out / "model.onnx")).graph
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    assert len(inits) == len(graph.initializer)
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for value in node.input:
+            readers.setdefault(value, []).append(node)
+    assert set(inits) <= set(readers), set(inits) - set(readers)
+    assert not [n.name for t in inits for n in readers[t] if n.op_type == "Transpose"]
+
+    hf = load_file(b.rules.fetch_dir / "checkpoint" / "model.safetensors")
+    heads = hf.get("lm_head.weight", hf["model.embed_tokens.weight"])
+    expected = {}  # MatMul node -> the checkpoint's weight it must read, [in, out]
+    for kind, nodes in run_config(b)["layer_names"].items():
+        for i, node in enumerate(nodes):
+            if kind == "lm_head":
+                continue
+            block = "mlp" if kind in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+            expected[node] = hf[f"model.layers.{i}.{block}.{kind}.weight"].T
+    lm_head = [inits[matmul_weight(graph, n)] for n in run_config(b)["layer_names"]["lm_head"]]
+    np.testing.assert_array_equal(np.concatenate(lm_head, axis=1), heads.T)
+    for node, weight in expected.items():
+        np.testing.assert_array_equal(inits[matmul_weight(graph, node)], weight)
+
+    def digest(a: np.ndarray) -> str:
+        return hashlib.sha256(np.ascontiguousarray(a, dtype=np.float32).tobytes()).hexdigest()
+
+    stored = [digest(a) for a in inits.values() if a.ndim == 2]
+    for weight in [*expected.values(), *lm_head]:
+        assert stored.count(digest(weight)) == 1  # [in, out], once
+        assert digest(weight.T) not in stored  # and never [out, in]
+    smallest = min(w.nbytes for w in expected.values())
+    constants = [numpy_helper.to_array(a.t) for n in graph.node if n.op_type == "Constant"
+                 for a in n.attribute if a.name == "value"]
+    assert constants and max(c.nbytes for c in constants) < smallest
+
+
+def matmul_weight(graph: Any, node_name: str) -> str:
+    """The weight (second input) of the MatMul `node_name`."""
+    (node,) = [n for n in graph.node if n.name == node_name]
+    assert node.op_type == "MatMul"
+    return node.input[1]
+
+
+def test_the_torch_graph_shares_the_checkpoint_weights(built: dict[str, Built]) -> None:
+    """HailoDecoder copies no weight (each is a view of the HF model's storage), and tensors
+    given to its forward stand in for its own only while it runs."""
+    import torch
+    from common.hailo_graph import HailoDecoder, graph_tensors
+    from common.hailo_graph_export import torch_logits
+    from common.hailo_graph_spec import spec_from_config
+    from transformers import AutoModelForCausalLM
+
+    b = built["tiny-hailo-qwen2"]
+    model = AutoModelForCausalLM.from_pretrained(
+        b.rules.fetch_dir / "checkpoint", dtype="float32", attn_implementation="eager"
+    ).eval()
+    module = HailoDecoder(spec_from_config(model.config, 32, 32000), model).eval()
+    storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    own = {n for n, p in module.named_parameters()
+           if p.untyped_storage().data_ptr() not in storages}
+    assert own == set(), own  # qwen2 has no QK-norm, the one weight the graph repeats per head
+    assert module.layers[0].self_attn.q_proj.weight.shape == (64, 64)  # [in, out]
+
+    ref = np.load(b.export.out / "hf_reference.npz")
+    feeds = {n: ref[n] for n in INPUT_NAMES}
+    before = torch_logits(module, feeds)
+    given = [-t if n.endswith("v_proj.weight") else t for n, t in graph_tensors(module).items()]
+    with torch.no_grad():
+        outs = module(*(torch.from_numpy(feeds[n]) for n in INPUT_NAMES), *given)
+    assert not np.allclose(torch.cat([o.reshape(-1) for o in outs]).numpy(), before)
+    np.testing.assert_array_equal(torch_logits(module, feeds), before)  # its own are back
 
 
 def test_impossible_cosine_min_fails_the_stage_with_one_line(built: dict[str, Built]) -> None:
