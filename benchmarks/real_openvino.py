@@ -121,8 +121,10 @@ class OpenvinoRunner:
         if not link.exists():
             link.symlink_to(checkpoint.resolve(), target_is_directory=True)
 
-    def params(self, stage: str) -> dict[str, Any]:
-        return stage_params(self.defs, stage, self.overrides)
+    def params(self, stage: str, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The stage's parameters with `given` (this run's) over the overrides."""
+        mine = {**self.overrides.get(stage, {}), **(given or {})}
+        return stage_params(self.defs, stage, {**self.overrides, stage: mine})
 
     def files(self, stage: str) -> dict[str, str]:
         return {k: str(REPO / p.default) for k, p in self.defs[stage].params.items()
@@ -135,7 +137,7 @@ class OpenvinoRunner:
         (scratch / "work").mkdir(parents=True)
         defn = self.defs[stage]
         action = {"format": 1, "model": self.model, "stage": stage, "target": TARGET,
-                  "params": {**self.params(stage), **(params or {})}, "source": {},
+                  "params": self.params(stage, params), "source": {},
                   "inputs": {u: str(self.dirs[u]) for u in defn.inputs},
                   "files": self.files(stage), "out": str(scratch / "out"),
                   "outputs": list(defn.outputs)}
@@ -172,7 +174,7 @@ def bench_openvino(name: str, root: Path, checkpoint: Path, checkpoint_bytes: in
         export = runner.run("export")
         stages = [("export", "-", export)]
         rows = [] if failed(export, "export") else run_modes(runner, checkpoint, modes, stages)
-    print_stages(stages, checkpoint_bytes)
+    print_stages(stages, checkpoint_bytes, tc.limits.get("memory"))
     for mode, report, runs in rows:
         print_check(mode, report, runs, checkpoint_bytes)
     if rows:
@@ -211,14 +213,20 @@ def failed(run: dict[str, Any], what: str) -> bool:
     return True
 
 
-def print_stages(stages: list[tuple[str, str, dict[str, Any]]], checkpoint_bytes: int) -> None:
+def print_stages(stages: list[tuple[str, str, dict[str, Any]]], checkpoint_bytes: int,
+                 memory_limit: int | None) -> None:
+    """The table; a stage whose peak RSS passed the toolchain's [limits] memory is marked:
+    the engine would have stopped it."""
+    limit = f"{memory_limit / MIB:.0f} MiB" if memory_limit else "none"
     print(f"\nper stage process: wall time, peak RSS (ru_maxrss) and output folder vs the float32 "
-          f"checkpoint ({checkpoint_bytes / MIB:.1f} MiB)")
+          f"checkpoint ({checkpoint_bytes / MIB:.1f} MiB); the toolchain's memory limit: {limit}")
     print("stage     mode       seconds  peak RSS MiB  x checkpoint  output MiB  x checkpoint  rc")
     for stage, mode, run in stages:
+        over = memory_limit and run["peak_rss_mib"] * MIB > memory_limit
         print(f"{stage:<9} {mode:<10} {run['seconds']:<8.1f} {run['peak_rss_mib']:<13.0f} "
               f"{run['peak_rss_mib'] * MIB / checkpoint_bytes:<13.2f} {run['bytes'] / MIB:<11.1f} "
-              f"{run['bytes'] / checkpoint_bytes:<13.3f} {run['rc']}")
+              f"{run['bytes'] / checkpoint_bytes:<13.3f} {run['rc']}"
+              f"{'  OVER the memory limit' if over else ''}")
 
 
 def print_check(mode: str, report: dict[str, Any], runs: dict[str, dict[str, Any]],
