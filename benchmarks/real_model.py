@@ -419,11 +419,12 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
           "the peak RSS of the stage that changes the weights (cpu-ort's quantize, ov: "
           "openvino's compress) and the compiled file vs the float32 checkpoint, verify vs "
           "generate")
-    print("checkpoint     params  method            teacher-forced  cosine    free-running  "
-          "quantize RSS x  compiled x  verify / generate")
+    width = max([len("checkpoint")] + [len(r["checkpoint"]) for r in rows])
+    print(f"{'checkpoint':<{width}} params  method            teacher-forced  cosine    "
+          "free-running  quantize RSS x  compiled x  verify / generate")
     for r in rows:
         params = f"{r['params'] / 1e6:.1f}M"
-        print(f"{r['checkpoint']:<14} {params:<7} {r['method']:<17} "
+        print(f"{r['checkpoint']:<{width}} {params:<7} {r['method']:<17} "
               f"{r['teacher_forced']:<15.3f} {r['cosine']:<9.5f} {r['free_running']:<13.3f} "
               f"{r['quantize_rss']:<15.2f} {r['compiled']:<11.3f} {r['verify_ratio']}")
 

@@ -199,7 +199,7 @@ def run_modes(runner: OpenvinoRunner, checkpoint: Path, modes: list[str],
         report_path = runs["verify"]["out"] / "report.json" if "verify" in runs else None
         if report_path is None or not report_path.is_file():
             if "verify" in runs:
-                print(f"{mode}: verify wrote no report:\n{runs['verify']['log'][-2000:]}")
+                print(f"{mode}: verify wrote no report:\n{runs['verify']['log'][-1500:]}")
             continue
         runs["generate"] = run_baseline(checkpoint, verify["prompts"], verify["max_new_tokens"])
         rows.append((mode, json.loads(report_path.read_text()), runs))
@@ -207,9 +207,13 @@ def run_modes(runner: OpenvinoRunner, checkpoint: Path, modes: list[str],
 
 
 def failed(run: dict[str, Any], what: str) -> bool:
+    """Whether the stage failed; if so, its failure line (a rule's last) is printed."""
     if run["rc"] == 0:
         return False
-    print(f"{what} failed (exit {run['rc']}):\n{run['log'][-3000:]}")
+    last = (run["log"].strip().splitlines() or ["(no output)"])[-1]
+    cut = f" ... ({len(last)} characters; see {run['out'].parent / 'log.txt'})" \
+        if len(last) > 1500 else ""
+    print(f"{what} failed (exit {run['rc']}): {last[:1500]}{cut}")
     return True
 
 
