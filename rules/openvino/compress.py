@@ -10,6 +10,7 @@ included. Runs in the `openvino` venv toolchain.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ from common.action import check_outputs, fail, load_action
 
 MODES = ("int8_asym", "int8_sym", "int4_sym", "int4_asym")
 MODEL_XML = "openvino_model.xml"
+GROUP_SIZES = (16, 32, 64, 128, 256)  # targets/openvino.toml's group_size choices (and -1)
+FAILED_NODE = re.compile(r'"([^"]+)" \(channel size: (\d+)\)')
 
 
 def compress_options(params: dict[str, Any]) -> dict[str, Any]:
@@ -43,9 +46,25 @@ def compress(src: Path, out: Path, options: dict[str, Any]) -> None:
     try:
         compressed = nncf.compress_weights(model, **options)
     except Exception as exc:  # NNCF's own errors name the layer and the constraint
-        fail(f"compress: nncf.compress_weights({describe(options)}) failed: {exc}")
+        fail(f"compress: nncf.compress_weights({describe(options)}) failed: {reason(exc)}")
     shutil.copytree(src, out, ignore=shutil.ignore_patterns("openvino_model.*"))
     ov.save_model(compressed, out / MODEL_XML, compress_to_fp16=False)
+
+
+def reason(exc: Exception) -> str:
+    """NNCF's message, with its list of failed nodes (one per layer: SmolLM2-135M's 180 make
+    15 kB on the one failure line) cut to a count and the first, and for input channels a
+    group size does not divide, the declared group sizes that divide them all."""
+    head, sep, tail = str(exc).partition("Failed nodes:")
+    nodes = FAILED_NODE.findall(tail)
+    if not sep or not nodes:
+        return str(exc)
+    sizes = sorted({int(size) for _, size in nodes})
+    fits = [g for g in GROUP_SIZES if all(size % g == 0 for size in sizes)]
+    hint = f"group_size values that divide them: {', '.join(map(str, fits))}, or -1" if fits \
+        else "no declared group_size divides them: -1"
+    return (f"{head.strip()} {len(nodes)} failed nodes (channel sizes "
+            f"{', '.join(map(str, sizes))}), the first {nodes[0][0]}. {hint} (channel-wise)")
 
 
 def describe(options: dict[str, Any]) -> str:
