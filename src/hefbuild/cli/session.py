@@ -77,7 +77,7 @@ def forced(task: str, argv: list[str]) -> bool:
     """`doit -a TASK` rebuilds TASK itself, as in doit; its dependencies are still
     restored or left as they are (re-running a 4-hour compile to re-check a device
     is never what `-a verify:x` means)."""
-    if not {"-a", "--always-execute"} & set(argv):
+    if "-a" not in argv and "--always-execute" not in argv:
         return False
     named = {a for a in argv if not a.startswith("-")}
     return task in named or task.split(":")[0] in named
