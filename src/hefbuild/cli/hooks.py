@@ -23,6 +23,7 @@ from ..report.summary import events_since, outcome_counts, ran, summary_line
 from ..report.table import blocked_line, labelled, members, progress, rows, table_lines, task_line
 from ..store.events import EventLog, read_events, rotate
 from ..store.projectlock import ProjectLock
+from . import gcpause
 from .preflight import preflight
 from .session import (
     actions_at,
@@ -82,6 +83,7 @@ class HefbuildReporter(ConsoleReporter):
         self._started = time.monotonic()  # the end line's wall time counts from here
 
     def initialize(self, tasks: dict, selected_tasks: list) -> None:
+        gcpause.pause()  # until a task runs, or the run ends (cli/gcpause.py)
         wait = os.environ.get("HEFBUILD_NO_WAIT", "") in ("", "0")
         try:
             self._lock.acquire(wait, lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -127,6 +129,7 @@ class HefbuildReporter(ConsoleReporter):
 
     def execute_task(self, task: Any) -> None:
         """A stage says what it came to when it ends (and a build announces itself)."""
+        gcpause.resume()  # something runs: collection as before (cli/gcpause.py)
         if _is_stage(task):
             return
         super().execute_task(task)
@@ -205,6 +208,7 @@ class HefbuildReporter(ConsoleReporter):
         super().add_failure(task, fail)
 
     def complete_run(self) -> None:
+        gcpause.resume()
         try:
             super().complete_run()
             self._blocked_line()
