@@ -19,12 +19,11 @@ from ..declare.project import STATE_DIR
 from ..engine.verdicts import check_verdict
 from ..errors import HefbuildError
 from ..plan.actions import task_name
-from ..report.critical import critical_path, path_text
-from ..report.summary import events_since, outcome_counts, summary_line
+from ..report.summary import events_since, outcome_counts, ran, summary_line
 from ..report.table import blocked_line, labelled, members, progress, rows, table_lines, task_line
-from ..store.events import EventLog, rotate
+from ..store.events import EventLog, read_events, rotate
 from ..store.projectlock import ProjectLock
-from ..store.upload_queue import UploadQueue
+from . import gcpause
 from .preflight import preflight
 from .session import (
     actions_at,
@@ -84,6 +83,7 @@ class HefbuildReporter(ConsoleReporter):
         self._started = time.monotonic()  # the end line's wall time counts from here
 
     def initialize(self, tasks: dict, selected_tasks: list) -> None:
+        gcpause.pause()  # until a task runs, or the run ends (cli/gcpause.py)
         wait = os.environ.get("HEFBUILD_NO_WAIT", "") in ("", "0")
         try:
             self._lock.acquire(wait, lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -129,6 +129,7 @@ class HefbuildReporter(ConsoleReporter):
 
     def execute_task(self, task: Any) -> None:
         """A stage says what it came to when it ends (and a build announces itself)."""
+        gcpause.resume()  # something runs: collection as before (cli/gcpause.py)
         if _is_stage(task):
             return
         super().execute_task(task)
@@ -207,6 +208,7 @@ class HefbuildReporter(ConsoleReporter):
         super().add_failure(task, fail)
 
     def complete_run(self) -> None:
+        gcpause.resume()
         try:
             super().complete_run()
             self._blocked_line()
@@ -225,6 +227,7 @@ class HefbuildReporter(ConsoleReporter):
         if cache.remote is None or not cache.upload:
             return
         from ..store.store import STORE_FORMAT  # only where uploads are on
+        from ..store.upload_queue import UploadQueue
 
         if not UploadQueue(project.paths.store / STORE_FORMAT, cache.remote).pending():
             return
@@ -266,15 +269,21 @@ class HefbuildReporter(ConsoleReporter):
         if not events and not uptodate:
             return  # only refusals: bad input leaves build/ as it was
         EventLog(self._events_path()).summary(counts, uptodate)
-        from ..report.trace import write_trace  # stdlib only; here to keep this edit in one method
+        path, offset = self._events_path(), getattr(self, "_events_at", 0)
+        # A trace only of a run where something ran (write_trace keeps the last one
+        # otherwise): a no-op reads back its summary line and never imports the tracer.
+        if events or any(ran(line) for line in read_events(path, offset)[0]):
+            from ..report.trace import write_trace
 
-        write_trace(self._events_path(), getattr(self, "_events_at", 0))
+            write_trace(path, offset)
 
     def _critical(self, events: list[dict[str, Any]]) -> str:
         """The chain of tasks that set a parallel run's end (`doit -n N`); a serial run's
         chain is every task it ran, so it is not said."""
         if processes(sys.argv[1:]) < 2 or len({e.get("task") for e in events}) < 2:
             return ""
+        from ..report.critical import critical_path, path_text
+
         deps = {name: list(t.task_dep) for name, t in getattr(self, "_tasks", {}).items()}
         return path_text(critical_path(events, deps))
 

@@ -34,9 +34,13 @@ def preflight(root: str, tasks: Mapping[str, Any], stages: set[str],
     in `tasks`) that may run; rewire the blocked ones. None when nothing is missing."""
     actions = actions_at(root)
     deps = {t: [u for u in tasks[t].task_dep if u in stages] for t in stages}
-    fast = fast_path_at(root)
-    may = may_run(deps, lambda t: not forced(t, argv)
-                  and fast.answer(t, actions[t].toolchain) is not None)
+    answer = fast_path_at(root).answer
+    always = {t for t in stages if forced(t, argv)}  # `doit -a` reruns these: not fresh
+
+    def fresh(task: str) -> bool:
+        return task not in always and answer(task, actions[task].toolchain) is not None
+
+    may = may_run(deps, fresh)
     _known_uptodate(tasks, stages - may)
     if not may:
         return None  # a no-op: nothing to check

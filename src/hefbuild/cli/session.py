@@ -12,6 +12,7 @@ from ..declare.project import Project
 from ..engine.fastpath import FastPath, fast_path_of
 from ..plan.actions import Action, plan_project
 from ..plan.projectcache import load_project_cached
+from . import gcpause
 
 
 @cache
@@ -55,6 +56,7 @@ def fast_path_at(root: str) -> FastPath:
 def engine_for(root: str):  # noqa: ANN201 - Engine is imported lazily to keep `list` fast
     from ..engine.engine import Engine
 
+    gcpause.resume()  # the engine decides or runs something: collection as before
     engine = Engine(project_at(root), progress=_to_terminal, actions=actions_at(root),
                     fast=fast_path_at(root))
     engine.stream_logs = verbosity(sys.argv[1:]) >= 2
@@ -77,7 +79,7 @@ def forced(task: str, argv: list[str]) -> bool:
     """`doit -a TASK` rebuilds TASK itself, as in doit; its dependencies are still
     restored or left as they are (re-running a 4-hour compile to re-check a device
     is never what `-a verify:x` means)."""
-    if not {"-a", "--always-execute"} & set(argv):
+    if "-a" not in argv and "--always-execute" not in argv:
         return False
     named = {a for a in argv if not a.startswith("-")}
     return task in named or task.split(":")[0] in named

@@ -217,10 +217,13 @@ def _say_declaration_problems(project: Project, selected: set[str] | None) -> No
         raise SystemExit(3)
     for error in project.broken.values():
         print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
-    for name in project.models if selected is None else [m for m in project.models
-                                                          if m in selected]:
+    # Every model's at once when the run has them all (the project cache decodes them in
+    # one go: one by one first, each would be decoded twice).
+    models = project.models.values() if selected is None else \
+        [project.models[m] for m in project.models if m in selected]
+    for model in models:
         # a variant's are its base model's
-        for line in getattr(project.models.get(name), "unread", ()):
+        for line in getattr(model, "unread", ()):
             print(f"WARNING: {line}", file=sys.stderr)
 
 

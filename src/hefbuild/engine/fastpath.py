@@ -55,6 +55,7 @@ class FastPath:
                  stamp_of: Callable[[str], str] = lambda toolchain: "") -> None:
         self._file = file
         self._root = str(root)
+        self._prefix = self._root + "/"
         self._stamp_of = stamp_of
         self._stamps: dict[str, str] = {}
         self._paths: list[str] = []
@@ -97,7 +98,7 @@ class FastPath:
 
     def _signature(self, i: int) -> bytes:
         try:
-            st = os.stat(self._root + "/" + self._paths[i])
+            st = os.stat(self._prefix + self._paths[i])
             sig = _SIG.pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         except OSError:
             sig = b"-"  # absent: as much a fact about the file as its stat
@@ -108,10 +109,8 @@ class FastPath:
         """The stamp and the signature of each path, in order (the verdict holds the paths,
         so their names need not be hashed)."""
         sigs = self._sigs
-        for i in paths:
-            if i not in sigs:
-                self._signature(i)
-        data = b"".join([sigs[i] for i in paths])
+        sign = self._signature
+        data = b"".join([sigs[i] if i in sigs else sign(i) for i in paths])
         return hashlib.blake2b(stamp.encode() + b"\0" + data, digest_size=16).hexdigest()
 
     def forget(self, rel_dir: str) -> None:
@@ -202,8 +201,10 @@ class FastPath:
     def _decoded(self, task: str) -> dict[str, Verdict | tuple]:
         """The verdicts, with those of the task's model decoded (its paths joined to this
         invocation's path table)."""
-        verdicts = self._load()
-        group = self._groups.pop(_model_of(task), None)
+        verdicts = self._verdicts
+        if verdicts is None:
+            verdicts = self._load()
+        group = self._groups.pop(task.partition(":")[2], None)  # its model's (`_model_of`)
         if group is None:
             return verdicts
         try:
@@ -212,10 +213,11 @@ class FastPath:
             entries = list(tasks.items())
         except (ValueError, EOFError, TypeError, AttributeError):
             return verdicts  # a damaged group: its tasks take the full path
+        at = local.__getitem__
         for name, raw in entries:
             try:
                 fingerprint, key, indexes, note = raw
-                verdicts[name] = (fingerprint, key, tuple(local[i] for i in indexes), note)
+                verdicts[name] = (fingerprint, key, tuple(map(at, indexes)), note)
             except (ValueError, TypeError, IndexError):
                 continue  # a damaged entry: that task takes the full path
         return verdicts

@@ -18,12 +18,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..declare.toolchains import ToolchainSpec
 from ..errors import HefbuildError
 from ..execute.reach import tcp_problem
-from ..execute.toolchain import ToolchainResolver
-from ..plan.limits import device_target
+
+if TYPE_CHECKING:
+    from ..execute.toolchain import ToolchainResolver
 
 Deps = Mapping[str, Iterable[str]]  # stage task -> the stage tasks it waits for
 
@@ -36,6 +38,8 @@ def toolchain_problem(spec: ToolchainSpec, resolver: ToolchainResolver,
     import the docker SDK on every run (the docker executor names a missing image itself).
     `reach` None: a device host is not tried (on a cluster the device node connects to it,
     not this machine)."""
+    from ..plan.limits import device_target  # only a run that may run a stage gets here
+
     try:
         resolver.identity(spec)  # the key's own check: lock files, interpreters, probes
         resolver.check(spec)  # a host toolchain's pinned package versions

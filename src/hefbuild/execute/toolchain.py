@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..declare.toolchains import ToolchainSpec
 from ..errors import HefbuildError, StageError, ToolchainMismatch
-from . import venvs
 
 if TYPE_CHECKING:
+    from . import venvs
     from .base import Watch
 
 _PROBE = """
@@ -79,6 +79,8 @@ class ToolchainResolver:
             # The release pins, not the host: an identical device elsewhere is the same.
             return {"kind": "device", **spec.device["pins"]}
         if spec.kind == "venv":
+            from . import venvs  # only a venv toolchain needs it (not a no-op of a host one)
+
             return self._cached(spec, lambda: venvs.identity(self.venv_spec(spec),
                                                              self._venv_base(spec)))
         return self._cached_or_probe(spec)
@@ -92,12 +94,16 @@ class ToolchainResolver:
     def _venv_base(self, spec: ToolchainSpec) -> dict[str, str]:
         key = f"venv-base:{spec.venv['python']}"
         if key not in self._memo:
+            from . import venvs
+
             self._memo[key] = venvs.probe_base(spec.venv["python"])
         return self._memo[key]
 
     def venv_env(self, spec: ToolchainSpec, venvs_root: Path, say: Callable[[str], None],
                  watch: Watch | None = None) -> AbstractContextManager[venvs.Ready]:
         """A venv toolchain's environment, created on first use, in use while the block runs."""
+        from . import venvs
+
         return venvs.using(self.venv_spec(spec), self.identity(spec), self._venv_base(spec),
                            venvs_root, say, watch)
 
@@ -175,6 +181,8 @@ class ToolchainResolver:
 
 def venv_spec_of(spec: ToolchainSpec, root: Path) -> venvs.VenvSpec:
     """What a venv toolchain file of the project at `root` declares (its lock, by path)."""
+    from . import venvs
+
     return venvs.VenvSpec(spec.name, spec.venv["python"], root / spec.venv["requirements"])
 
 

@@ -59,11 +59,11 @@ def plan_model(model: ModelSpec) -> list[Action]:
         source = _source_description(model) if sdef.source else None
         if source and "synthetic" in source and "corpus" in source["synthetic"]:
             files["corpus"] = source["synthetic"]["corpus"]
+        limits = model.stage_limits.get(sdef.name)  # loading sets each stage's
         actions.append(Action(
             model.name, sdef.name, model.target, sdef.rule, sdef.inputs, sdef.outputs,
             params, files, source, model.stage_toolchains[sdef.name],
-            model.stage_limits.get(sdef.name, StageLimits(gpu=sdef.gpu)), sdef.after,
-            sdef.code,
+            StageLimits(gpu=sdef.gpu) if limits is None else limits, sdef.after, sdef.code,
         ))
     return actions
 

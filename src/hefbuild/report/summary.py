@@ -17,6 +17,12 @@ _LABELS = {Outcome.BUILT: "built", Outcome.RESTORED: "restored", Outcome.REMOTE:
            Outcome.UPTODATE: "up to date", Outcome.FAILED: "failed"}
 
 
+def ran(line: dict[str, Any]) -> bool:
+    """A line of something that ran: a task's outcome, or an environment made ready (what
+    build/trace.json draws: report/trace.py)."""
+    return "outcome" in line or "env" in line
+
+
 def events_since(path: Path, offset: int) -> list[dict[str, Any]]:
     """The task lines appended to the event log after `offset` bytes (damaged ones skipped)."""
     events, _damaged = read_events(path, offset)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store.events import read_events
+from .summary import ran
 
 TRACE = "trace.json"
 TRACES = "traces"  # under build/: the last KEEP traces, by the UTC time they were written
@@ -60,11 +61,6 @@ def span_of(line: dict[str, Any]) -> Span | None:
     name = str(line["task"]) if "outcome" in line else \
         f"venv toolchain {line['env']} for {line['task']}"
     return Span(name, end - seconds, seconds, {k: line[k] for k in _ARGS if k in line})
-
-
-def ran(line: dict[str, Any]) -> bool:
-    """A line of something that ran: a task's outcome, or an environment made ready."""
-    return "outcome" in line or "env" in line
 
 
 def moment_of(line: dict[str, Any]) -> float | None:
