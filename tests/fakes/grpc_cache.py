@@ -227,23 +227,30 @@ class _ByteStream(bytestream_pb2_grpc.ByteStreamServicer):
             yield bytestream_pb2.ReadResponse(data=data[start:start + READ_CHUNK])
 
     def Write(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
+        """Checked as it arrives (decompressed and hashed chunk by chunk, as a server
+        streams an upload), stored once complete and matching."""
         self.cache.check("ByteStream.Write", context)
-        parts, name, finished, offset = [], "", False, 0
+        parts, hasher, wire, finished = [], hashlib.sha256(), 0, False
+        sha, unpack = "", None
         for request in request_iterator:
-            name = name or request.resource_name
-            if request.write_offset != offset:  # compressed: counts the compressed bytes
+            if not sha:
+                sha, packed = self._blob(request.resource_name, context)
+                unpack = _zstd().ZstdDecompressor().decompressobj() if packed else None
+            if request.write_offset != wire:  # compressed: counts the compressed bytes
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "write_offset out of order")
-            parts.append(request.data)
-            offset += len(request.data)
+            wire += len(request.data)
+            try:
+                piece = request.data if unpack is None else unpack.decompress(request.data)
+            except _zstd().ZstdError:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "not zstd")
+            hasher.update(piece)
+            parts.append(piece)
             finished = request.finish_write
-        wire = b"".join(parts)
-        sha, packed = self._blob(name, context)
-        data = _unzstd(wire) if packed else wire
-        if not finished or data is None or hashlib.sha256(data).hexdigest() != sha:
+        if not finished or hasher.hexdigest() != sha:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "incomplete or wrong bytes")
-        self.cache.note("write", sha, len(wire), packed)
-        self.cache.blobs[sha] = data
-        return bytestream_pb2.WriteResponse(committed_size=len(wire))
+        self.cache.note("write", sha, wire, unpack is not None)
+        self.cache.blobs[sha] = b"".join(parts)
+        return bytestream_pb2.WriteResponse(committed_size=wire)
 
     def _blob(self, resource: str, context: grpc.ServicerContext) -> tuple[str, bool]:
         """The digest's hash a resource name names, and whether it is compressed-blobs."""

@@ -26,7 +26,7 @@ from fakes.grpc_cache import GrpcCache  # noqa: E402
 
 from hefbuild.declare.settings import CacheSettings, load_settings  # noqa: E402
 from hefbuild.errors import SpecError  # noqa: E402
-from hefbuild.remote import grpc_transport  # noqa: E402
+from hefbuild.remote import grpc_stream, grpc_transport, grpc_zstd  # noqa: E402
 from hefbuild.remote.cas import BadBlob, BlobStore, WrongBytes, WrongSize  # noqa: E402
 from hefbuild.remote.problems import CorruptSource, Oversized  # noqa: E402
 from hefbuild.remote.transport import transport_for  # noqa: E402
@@ -250,9 +250,20 @@ def test_bytes_that_are_no_zstd_are_a_bad_blob(zstd_cache, tmp_path, size):
     assert "does not decompress" in str(err.value) and not store.verify(sha)
 
 
+@pytest.mark.parametrize("threads", [0, -1], ids=["one-thread", "zstd-workers"])
 def test_a_corrupt_local_file_is_never_committed_compressed(zstd_cache, tmp_path,
-                                                            monkeypatch):
+                                                            monkeypatch, threads):
     monkeypatch.setattr(grpc_transport, "CHUNK", 1 << 16)  # several WriteRequests
+    monkeypatch.setattr(grpc_zstd, "THREADS", threads)  # workers give it all at the end
+    sent: list[tuple[int, bool]] = []
+    requests = grpc_stream.Upload.requests
+
+    def spied(self):  # noqa: ANN001, ANN202
+        for request in requests(self):
+            sent.append((len(request.data), request.finish_write))
+            yield request
+
+    monkeypatch.setattr(grpc_stream.Upload, "requests", spied)
     transport = zstd_transport(zstd_cache.url)
     good = weights(LARGE)
     sha = hashlib.sha256(good).hexdigest()
@@ -260,9 +271,15 @@ def test_a_corrupt_local_file_is_never_committed_compressed(zstd_cache, tmp_path
     with pytest.raises(CorruptSource):
         transport.put(f"cas/{sha}", tmp_path / "blob", sha)
     assert sha not in zstd_cache.blobs and zstd_cache.moved == []  # never finished
+    assert not any(last for _, last in sent)
+    if threads == 0:
+        assert len(sent) >= 2  # compressed chunks went out, the frame's end did not
+    sent.clear()
     (tmp_path / "blob").write_bytes(good)
     assert transport.put(f"cas/{sha}", tmp_path / "blob", sha) == len(good)
     assert zstd_cache.blobs[sha] == good and zstd_cache.moved[-1].compressed
+    assert sent[-1][1] and sum(n for n, _ in sent) == zstd_cache.moved[-1].wire
+    assert max(n for n, _ in sent) <= 1 << 16  # the workers' bursts too, under gRPC's limit
 
 
 # -- settings ------------------------------------------------------------------------------

@@ -49,13 +49,19 @@ class Upload:
                 self._call.cancel()
                 return
             data = chunk if self._encode is None else self._encode(chunk, not ahead)
-            if not data and ahead:
-                continue  # the compressor keeps it for now
-            # For compressed-blobs the offsets count compressed bytes (after a first 0).
-            yield bytestream_pb2.WriteRequest(resource_name=self._resource if self.sent == 0
+            # The compressor may keep a chunk for now, or give out several at once (its
+            # workers' jobs): messages stay at `chunk` bytes, under gRPC's 4 MiB limit.
+            for start in range(0, len(data), self._chunk):
+                piece = data[start:start + self._chunk]
+                yield self._request(piece, not ahead and start + len(piece) == len(data))
+
+    def _request(self, data: bytes, last: bool) -> bytestream_pb2.WriteRequest:
+        # For compressed-blobs the offsets count compressed bytes (after a first 0).
+        request = bytestream_pb2.WriteRequest(resource_name=self._resource if self.sent == 0
                                               else "", write_offset=self.sent, data=data,
-                                              finish_write=not ahead)
-            self.sent += len(data)
+                                              finish_write=last)
+        self.sent += len(data)
+        return request
 
     def _next(self) -> bytes:
         chunk = self._f.read(min(self._chunk, self._left)) if self._left > 0 else b""

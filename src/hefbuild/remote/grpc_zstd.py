@@ -26,9 +26,12 @@ from .problems import Oversized, Sink, Undecodable, sunk
 
 ZSTD = re_pb2.Compressor.ZSTD
 NAME = "zstd"  # the compressor in ByteStream resource names: compressed-blobs/zstd/…
-# Level 1: on float32 weights (SmolLM2-135M's safetensors) it keeps 73 % of the bytes at
-# ~200 MB/s a core; level 3 keeps 64 % at ~40 MB/s, slower than a gigabit link moves them.
+# Level 1: on float32 weights (SmolLM2-135M's safetensors) it keeps 62 % of the bytes at
+# 125-200 MB/s a core; level 3 keeps a few % less at a fifth of the speed, slower than a
+# gigabit link moves them. A large upload compresses on every core (zstd's own workers, in
+# jobs of a few MiB: the same bytes out for any number of workers).
 LEVEL = 1
+THREADS = -1  # as many workers as cores
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class Compressing:
     the compressor may hold them); the frame ends with the last one."""
 
     def __init__(self, size: int) -> None:
-        self._zstd = zstandard.ZstdCompressor(level=LEVEL).compressobj(size=size)
+        self._zstd = zstandard.ZstdCompressor(level=LEVEL, threads=THREADS).compressobj(
+            size=size)
 
     def __call__(self, chunk: bytes, last: bool) -> bytes:
         out = self._zstd.compress(chunk)
