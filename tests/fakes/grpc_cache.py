@@ -8,9 +8,18 @@ nothing: an ActionResult may name blobs it does not have. Tell it to misbehave:
     lie(sha, data)     reads of the blob `sha` answer `data` (wrong bytes, or another size);
                        FindMissingBlobs still says it is there
     forget(sha)        the blob is gone, the entries naming it stay
+    lie_zstd(sha, raw) compressed reads of `sha` answer `raw` as the zstd bytes, as they are
+                       (garbage, a bomb); plain reads are not affected
+
+With `zstd=True` it answers GetCapabilities listing ZSTD (for ByteStream and both batch
+RPCs) and moves blobs zstd-compressed where a client asks (ByteStream's compressed-blobs
+resources, BatchReadBlobs' acceptable_compressors, BatchUpdateBlobs' compressor); it stores
+them uncompressed, checked against their digest, and refuses compressed-blobs without it.
+Off (the default), it has no Capabilities service at all.
 
 `calls` logs every RPC's name, `updates` every UpdateActionResult request, `auth_seen`
-every authorization value received; `delay_s` holds every answer. With `token`, a call
+every authorization value received, `moved` every blob read or written (`Moved`: the bytes
+on the wire, compressed or not); `delay_s` holds every answer. With `token`, a call
 without `authorization: Bearer <token>` is refused with UNAUTHENTICATED. With
 `tls=(key_pem, cert_pem)` it listens with TLS.
 Only 127.0.0.1; `stop()` ends the server and its threads.
@@ -24,6 +33,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
+from typing import NamedTuple
 
 import grpc
 from buildgrid._protos.build.bazel.remote.execution.v2 import (
@@ -36,15 +46,27 @@ from buildgrid._protos.google.bytestream import bytestream_pb2, bytestream_pb2_g
 from buildgrid._protos.google.rpc import status_pb2
 
 READ_CHUNK = 1 << 16
+ZSTD = re_pb2.Compressor.ZSTD
+ZSTD_LEVEL = 3  # a server may compress at any level: not the client's 1
+
+
+class Moved(NamedTuple):
+    rpc: str  # "read" or "write"
+    sha: str
+    wire: int  # bytes of blob data in the messages
+    compressed: bool
 
 
 class GrpcCache:
     def __init__(self, token: str | None = None, tls: tuple[bytes, bytes] | None = None,
-                 instance: str = "main") -> None:
-        self.token, self.tls, self.instance = token, tls, instance
+                 instance: str = "main", zstd: bool = False) -> None:
+        self.token, self.tls, self.instance, self.zstd = token, tls, instance, zstd
         self.blobs: dict[str, bytes] = {}
         self.entries: dict[tuple[str, int], bytes] = {}
         self.lies: dict[str, bytes] = {}
+        self.zstd_lies: dict[str, bytes] = {}
+        self.moved: list[Moved] = []
+        self._packed: dict[str, tuple[bytes, bytes]] = {}  # sha: (the bytes, as zstd)
         self.calls: list[str] = []
         self.updates: list[re_pb2.UpdateActionResultRequest] = []
         self.auth_seen: list[str] = []
@@ -64,8 +86,28 @@ class GrpcCache:
     def forget(self, sha: str) -> None:
         del self.blobs[sha]
 
+    def lie_zstd(self, sha: str, raw: bytes) -> None:
+        self.zstd_lies[sha] = raw
+
     def served(self, sha: str) -> bytes | None:
         return self.lies.get(sha, self.blobs.get(sha))
+
+    def served_zstd(self, sha: str) -> bytes | None:
+        """The blob as zstd: compressed once, as by a server that stores it so."""
+        if sha in self.zstd_lies:
+            return self.zstd_lies[sha]
+        data = self.served(sha)
+        if data is None:
+            return None
+        packed = self._packed.get(sha)
+        if packed is None or packed[0] is not data:
+            packed = (data, _zstd().ZstdCompressor(level=ZSTD_LEVEL).compress(data))
+            self._packed[sha] = packed
+        return packed[1]
+
+    def note(self, rpc: str, sha: str, wire: int, compressed: bool) -> None:
+        with self._lock:
+            self.moved.append(Moved(rpc, sha, wire, compressed))
 
     def check(self, rpc: str, context: grpc.ServicerContext) -> None:
         """Log the call; refuse it without the right bearer token."""
@@ -83,6 +125,8 @@ class GrpcCache:
         re_grpc.add_ActionCacheServicer_to_server(_ActionCache(self), server)
         re_grpc.add_ContentAddressableStorageServicer_to_server(_Cas(self), server)
         bytestream_pb2_grpc.add_ByteStreamServicer_to_server(_ByteStream(self), server)
+        if self.zstd:
+            re_grpc.add_CapabilitiesServicer_to_server(_Capabilities(self), server)
         if self.tls:
             creds = grpc.ssl_server_credentials([self.tls])
             self.port = server.add_secure_port("127.0.0.1:0", creds)
@@ -138,21 +182,30 @@ class _Cas(re_grpc.ContentAddressableStorageServicer):
 
     def BatchReadBlobs(self, request, context):  # noqa: ANN001, ANN201, N802
         self.cache.check("BatchReadBlobs", context)
+        packed = self.cache.zstd and ZSTD in request.acceptable_compressors
         answers = []
         for d in request.digests:
-            data = self.cache.served(d.hash)
+            data = (self.cache.served_zstd if packed else self.cache.served)(d.hash)
             code = grpc.StatusCode.OK if data is not None else grpc.StatusCode.NOT_FOUND
+            if data is not None:
+                self.cache.note("read", d.hash, len(data), packed)
             answers.append(re_pb2.BatchReadBlobsResponse.Response(
-                digest=d, data=data or b"", status=status_pb2.Status(code=code.value[0])))
+                digest=d, data=data or b"", compressor=ZSTD if packed else 0,
+                status=status_pb2.Status(code=code.value[0])))
         return re_pb2.BatchReadBlobsResponse(responses=answers)
 
     def BatchUpdateBlobs(self, request, context):  # noqa: ANN001, ANN201, N802
         self.cache.check("BatchUpdateBlobs", context)
         answers = []
         for r in request.requests:
-            ok = hashlib.sha256(r.data).hexdigest() == r.digest.hash
+            packed = r.compressor == ZSTD
+            if r.compressor not in ((0, ZSTD) if self.cache.zstd else (0,)):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "compressor not supported")
+            data = _unzstd(r.data) if packed else r.data
+            self.cache.note("write", r.digest.hash, len(r.data), packed)
+            ok = data is not None and hashlib.sha256(data).hexdigest() == r.digest.hash
             if ok:
-                self.cache.blobs[r.digest.hash] = r.data
+                self.cache.blobs[r.digest.hash] = data
             code = grpc.StatusCode.OK if ok else grpc.StatusCode.INVALID_ARGUMENT
             answers.append(re_pb2.BatchUpdateBlobsResponse.Response(
                 digest=r.digest, status=status_pb2.Status(code=code.value[0])))
@@ -165,23 +218,72 @@ class _ByteStream(bytestream_pb2_grpc.ByteStreamServicer):
 
     def Read(self, request, context) -> Iterator[bytestream_pb2.ReadResponse]:  # noqa: ANN001, N802
         self.cache.check("ByteStream.Read", context)
-        sha = request.resource_name.split("/blobs/")[1].split("/")[0]
-        data = self.cache.served(sha)
+        sha, packed = self._blob(request.resource_name, context)
+        data = (self.cache.served_zstd if packed else self.cache.served)(sha)
         if data is None:
             context.abort(grpc.StatusCode.NOT_FOUND, "no such blob")
+        self.cache.note("read", sha, len(data), packed)
         for start in range(0, len(data), READ_CHUNK):
             yield bytestream_pb2.ReadResponse(data=data[start:start + READ_CHUNK])
 
     def Write(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
+        """Checked as it arrives (decompressed and hashed chunk by chunk, as a server
+        streams an upload), stored once complete and matching."""
         self.cache.check("ByteStream.Write", context)
-        parts, name, finished = [], "", False
+        parts, hasher, wire, finished = [], hashlib.sha256(), 0, False
+        sha, unpack = "", None
         for request in request_iterator:
-            name = name or request.resource_name
-            parts.append(request.data)
+            if not sha:
+                sha, packed = self._blob(request.resource_name, context)
+                unpack = _zstd().ZstdDecompressor().decompressobj() if packed else None
+            if request.write_offset != wire:  # compressed: counts the compressed bytes
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "write_offset out of order")
+            wire += len(request.data)
+            try:
+                piece = request.data if unpack is None else unpack.decompress(request.data)
+            except _zstd().ZstdError:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "not zstd")
+            hasher.update(piece)
+            parts.append(piece)
             finished = request.finish_write
-        data = b"".join(parts)
-        sha = name.split("/blobs/")[1].split("/")[0]
-        if not finished or hashlib.sha256(data).hexdigest() != sha:
+        if not finished or hasher.hexdigest() != sha:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "incomplete or wrong bytes")
-        self.cache.blobs[sha] = data
-        return bytestream_pb2.WriteResponse(committed_size=len(data))
+        self.cache.note("write", sha, wire, unpack is not None)
+        self.cache.blobs[sha] = b"".join(parts)
+        return bytestream_pb2.WriteResponse(committed_size=wire)
+
+    def _blob(self, resource: str, context: grpc.ServicerContext) -> tuple[str, bool]:
+        """The digest's hash a resource name names, and whether it is compressed-blobs."""
+        parts = resource.split("/")
+        if "compressed-blobs" not in parts:
+            return parts[parts.index("blobs") + 1], False
+        at = parts.index("compressed-blobs")
+        if not self.cache.zstd or parts[at + 1] != "zstd":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "compressor not supported")
+        return parts[at + 2], True
+
+
+class _Capabilities(re_grpc.CapabilitiesServicer):
+    def __init__(self, cache: GrpcCache) -> None:
+        self.cache = cache
+
+    def GetCapabilities(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.cache.check("GetCapabilities", context)
+        return re_pb2.ServerCapabilities(cache_capabilities=re_pb2.CacheCapabilities(
+            digest_functions=[re_pb2.DigestFunction.SHA256],
+            supported_compressors=[ZSTD], supported_batch_update_compressors=[ZSTD]))
+
+
+def _zstd():  # noqa: ANN202
+    import zstandard  # only for a server told to speak zstd
+
+    return zstandard
+
+
+def _unzstd(raw: bytes) -> bytes | None:
+    """A client's zstd bytes, decompressed (None: not zstd). Whole: a test double, trusting
+    the sizes its tests send."""
+    try:
+        return _zstd().ZstdDecompressor().decompressobj().decompress(raw)
+    except _zstd().ZstdError:
+        return None

@@ -16,6 +16,7 @@ messages show.
     worker = "ci-runner-3"                           # the entries' worker name ("hefbuild")
     trusted_keys = ["ci-2026:BASE64PUBLICKEY"]       # accept only entries signed by these
     signing_key = "/path/to/ci.secret"               # sign uploads (usually from the env)
+    compression = "zstd"                             # zstd on a gRPC cache's wire ("none")
 
     [executor]
     kind = "ray"                                     # stages on a Ray cluster (default: local)
@@ -28,6 +29,7 @@ messages show.
 
 Environment (CI runners): HEFBUILD_SANDBOX, HEFBUILD_REMOTE_CACHE, HEFBUILD_REMOTE_UPLOAD,
 HEFBUILD_REMOTE_TIMEOUT, HEFBUILD_REMOTE_MIN_RATE, HEFBUILD_REMOTE_WORKER,
+HEFBUILD_REMOTE_COMPRESSION,
 HEFBUILD_TRUSTED_KEYS (comma-separated), HEFBUILD_SIGNING_KEY (a key file),
 HEFBUILD_REMOTE_TOKEN (bearer), HEFBUILD_REMOTE_USER + HEFBUILD_REMOTE_PASSWORD
 (basic), HEFBUILD_REMOTE_CA_BUNDLE (PEM file), HEFBUILD_RAY_ADDRESS (stages on that Ray
@@ -56,12 +58,15 @@ DEFAULT_MIN_RATE = 1 << 20
 DEFAULT_WORKER = "hefbuild"  # not the hostname: CI machines' names would leak into the cache
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]+:[A-Za-z0-9+/]{43}=$")  # name:base64(32 bytes)
 _CACHE_KEYS = {"remote", "upload", "timeout", "min_rate", "worker", "trusted_keys",
-               "signing_key", "ca_bundle", "transfers", "download"}
+               "signing_key", "ca_bundle", "transfers", "download", "compression"}
 DEFAULT_TRANSFERS = 4  # blobs in flight at once, each way
 MAX_TRANSFERS = 64
 # "minimal": a remote hit records its outputs' digests and fetches their bytes only when
 # something reads them; "all": every hit downloads every output into the store and build/.
 DOWNLOAD_MODES = ("minimal", "all")
+# "zstd": blobs cross a gRPC cache's wire zstd-compressed, where the server lists ZSTD in its
+# capabilities (REAPI compressed-blobs; else plain). HTTP has no standard compressed CAS.
+COMPRESSIONS = ("none", "zstd")
 _SECRET_KEYS = {"token", "password", "user", "username", "auth"}
 # Bazel's HTTP cache protocol, or the gRPC Remote APIs (REAPI v2; the path names the instance).
 REMOTE_SCHEMES = ("http", "https", "grpc", "grpcs")
@@ -97,6 +102,7 @@ class CacheSettings:
     credentials: Credentials = field(default_factory=Credentials)
     transfers: int = DEFAULT_TRANSFERS
     download: str = "all"  # one of DOWNLOAD_MODES
+    compression: str = "none"  # one of COMPRESSIONS
 
     @property
     def minimal(self) -> bool:
@@ -205,6 +211,8 @@ def _cache(table: dict[str, Any], env: dict[str, str], root: Path) -> CacheSetti
         credentials=_credentials(remote, url_creds, env),
         transfers=_transfers(env.get("HEFBUILD_REMOTE_TRANSFERS", table.get("transfers"))),
         download=_download(env.get("HEFBUILD_REMOTE_DOWNLOAD", table.get("download"))),
+        compression=_compression(env.get("HEFBUILD_REMOTE_COMPRESSION",
+                                         table.get("compression"))),
     )
 
 
@@ -302,6 +310,15 @@ def _download(value: Any) -> str:
     if value not in DOWNLOAD_MODES:
         raise SpecError(SETTINGS_FILE, "cache.download (or HEFBUILD_REMOTE_DOWNLOAD)",
                         f'"minimal" or "all", got {value!r}')
+    return str(value)
+
+
+def _compression(value: Any) -> str:
+    if value is None or value == "":
+        return "none"
+    if value not in COMPRESSIONS:
+        raise SpecError(SETTINGS_FILE, "cache.compression (or HEFBUILD_REMOTE_COMPRESSION)",
+                        f'"zstd" or "none", got {value!r}')
     return str(value)
 
 

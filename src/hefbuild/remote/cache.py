@@ -42,7 +42,7 @@ from ..store.outputs import fits_declared
 from ..store.store import Record, Store
 from ..store.upload_queue import UploadQueue
 from .cas import BadBlob, BlobStore, WrongBytes, retry
-from .problems import CorruptSource, Oversized, Problem, RemoteError
+from .problems import CorruptSource, Oversized, Problem, RemoteError, Undecodable
 from .reapi import (
     SIGNATURE_TYPE,
     ActionResultMessage,
@@ -171,11 +171,10 @@ class RemoteCache:
             raise _Miss(f"the entry for {task} declares a record of {ref.size} bytes; ignored")
         try:
             blob = self._small(f"cas/{ref.hash}", ref.size)
-        except Oversized:
+        except (Oversized, Undecodable) as exc:  # more than its declared size, or not zstd
             self._blobs.bad.add(ref.hash)
-            raise _Miss(f"the record blob sha256:{ref.hash} of {task} is larger than the "
-                        f"{ref.size} bytes declared; not trusted, {task} is built locally"
-                        ) from None
+            raise _Miss(f"the record blob sha256:{ref.hash} of {task} came wrong ({exc.detail});"
+                        f" not trusted, {task} is built locally") from None
         if blob is None:
             raise _Miss()  # evicted: rebuild, and the upload puts it back
         return blob

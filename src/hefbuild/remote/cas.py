@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from ..declare.settings import CacheSettings
 from ..store.store import Store
-from .problems import Oversized, RemoteError, SinkError
+from .problems import Oversized, RemoteError, SinkError, Undecodable
 from .transport import Transport, batched, transport_for
 
 ATTEMPTS = 3
@@ -116,6 +116,9 @@ class BlobStore:
             except Oversized as exc:
                 self.bad.add(digest)
                 raise WrongSize(digest, exc.limit, "more") from exc
+            except Undecodable as exc:
+                self.bad.add(digest)
+                raise BadBlob(digest, f"blob {digest[:12]}… {exc.detail}") from exc
             out.close()
             if got is None:
                 return None

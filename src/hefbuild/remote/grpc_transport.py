@@ -14,6 +14,10 @@ The same cache paths as HTTP, on these RPCs:
                     hashed as it goes; the last chunk is held back until the bytes hash to
                     their name, so a corrupt local file is never committed
 
+With `[cache] compression = "zstd"`, blobs cross the wire zstd-compressed where the server's
+GetCapabilities (asked once, at the first blob) lists ZSTD: ByteStream's compressed-blobs
+resources and the batch RPCs' compressor fields (grpc_zstd.py); elsewhere they go plain.
+
 A CAS names a blob by hash *and* size, so `get` needs the size: every caller passes it as the
 limit (cas.py, cache.py). Nothing the server sends is trusted here: cas.py and cache.py hash
 and size-check every blob as it streams, and check every entry's signature, as over HTTP.
@@ -24,11 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from buildgrid._protos.build.bazel.remote.execution.v2 import (
@@ -39,9 +44,14 @@ from buildgrid._protos.build.bazel.remote.execution.v2 import (
 )
 from buildgrid._protos.google.bytestream import bytestream_pb2, bytestream_pb2_grpc
 
-from ..declare.settings import CacheSettings
+from ..declare.settings import SETTINGS_FILE, CacheSettings
+from ..errors import SpecError
 from .grpc_channel import Absent, GrpcChannel, status_error
+from .grpc_stream import Counted, Upload
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, sunk
+
+if TYPE_CHECKING:
+    from .grpc_zstd import Compressing, Decompressing, Support
 
 # Blobs up to this size go in one Batch*Blobs message; larger ones stream through ByteStream.
 # gRPC's default message limit is 4 MiB and BuildGrid caps a batch at 4 MiB - 1 KiB: 1 MiB
@@ -55,6 +65,8 @@ FIND_MISSING_MAX = 1000  # digests per FindMissingBlobs request (~75 bytes each)
 # Action blob of that digest only to refresh it). Not 0: that is the empty blob's size, which
 # servers treat specially. 32: the size of the key's own digest bytes.
 AC_SIZE_BYTES = 32
+IDENTITY, ZSTD = re_pb2.Compressor.IDENTITY, re_pb2.Compressor.ZSTD
+_log = logging.getLogger(__name__)
 
 
 class GrpcTransport:
@@ -63,8 +75,21 @@ class GrpcTransport:
         self._ac = re_grpc.ActionCacheStub(self._c.channel)
         self._cas = re_grpc.ContentAddressableStorageStub(self._c.channel)
         self._bytes = bytestream_pb2_grpc.ByteStreamStub(self._c.channel)
+        self._capabilities = re_grpc.CapabilitiesStub(self._c.channel)
         self._instance = self._c.instance
         self._prefix = f"{self._instance}/" if self._instance else ""
+        self._shown = settings.shown
+        self._want_zstd = settings.compression == "zstd"
+        if self._want_zstd:
+            _require_zstandard()
+        self._support: Support | None = None  # where the server takes zstd, once asked
+        self._asked = not self._want_zstd
+        self._asking = threading.Lock()
+
+    @property
+    def compression(self) -> str:
+        """"zstd" once the server was found to take it (at the first blob), else "none"."""
+        return "zstd" if self._support is not None else "none"
 
     # -- the Transport protocol ------------------------------------------------------
 
@@ -141,8 +166,10 @@ class GrpcTransport:
     # -- small blobs -----------------------------------------------------------------
 
     def _batch_read(self, sha: str, size: int, sink: Sink) -> int | None:
-        request = re_pb2.BatchReadBlobsRequest(instance_name=self._instance,
-                                               digests=[_digest(sha, size)])
+        zstd = self._zstd()
+        request = re_pb2.BatchReadBlobsRequest(
+            instance_name=self._instance, digests=[_digest(sha, size)],
+            acceptable_compressors=[ZSTD] if zstd is not None and zstd.stream else [])
         try:
             answer = self._unary(self._cas.BatchReadBlobs, request, "BatchReadBlobs", size,
                                  absent_ok=True)
@@ -156,17 +183,35 @@ class GrpcTransport:
             return None
         if error is not None:
             raise error
-        data = found[0].data
-        if len(data) > size:
-            raise Oversized(size, f"a blob of {len(data)} bytes, more than the {size} expected")
-        sunk(sink, data)
-        return len(data)
+        return self._inline(found[0], size, sink, request.acceptable_compressors)
+
+    def _inline(self, found: re_pb2.BatchReadBlobsResponse.Response, size: int, sink: Sink,
+                asked: Iterable[int]) -> int:
+        """A batch answer's data into the sink, decompressed if it came compressed."""
+        data = found.data
+        if found.compressor == IDENTITY:
+            if len(data) > size:
+                raise Oversized(size, f"a blob of {len(data)} bytes, more than the {size} "
+                                f"expected")
+            sunk(sink, data)
+            return len(data)
+        if found.compressor != ZSTD or ZSTD not in asked:
+            raise RemoteError(Problem.PROTOCOL, f"BatchReadBlobs answered with compressor "
+                              f"{found.compressor}, not one asked for")
+        from .grpc_zstd import Decompressing
+
+        out = Decompressing(sink, size, CHUNK)
+        out.feed(data)
+        return out.total
 
     def _batch_update(self, sha: str, data: bytes) -> None:
-        request = re_pb2.BatchUpdateBlobsRequest(
-            instance_name=self._instance,
-            requests=[re_pb2.BatchUpdateBlobsRequest.Request(digest=_digest(sha, len(data)),
-                                                             data=data)])
+        zstd = self._zstd()
+        blob = re_pb2.BatchUpdateBlobsRequest.Request(digest=_digest(sha, len(data)), data=data)
+        if zstd is not None and zstd.batch_update:
+            from .grpc_zstd import compress
+
+            blob.data, blob.compressor = compress(data), ZSTD
+        request = re_pb2.BatchUpdateBlobsRequest(instance_name=self._instance, requests=[blob])
         answer = self._unary(self._cas.BatchUpdateBlobs, request, "BatchUpdateBlobs", len(data))
         codes = [r.status.code for r in answer.responses if r.digest.hash == sha]
         if len(codes) != 1:
@@ -185,16 +230,21 @@ class GrpcTransport:
     # -- large blobs: ByteStream -----------------------------------------------------
 
     def _stream_read(self, sha: str, size: int, sink: Sink) -> int | None:
-        request = bytestream_pb2.ReadRequest(resource_name=f"{self._prefix}blobs/{sha}/{size}")
+        zstd = self._zstd()
+        packed = zstd is not None and zstd.stream
+        request = bytestream_pb2.ReadRequest(
+            resource_name=f"{self._prefix}{_blobs(packed)}/{sha}/{size}")
         call = self._bytes.Read(request, timeout=self._c.deadline(size),
                                 metadata=self._c.metadata)
-        total = 0
+        if packed:
+            from .grpc_zstd import Decompressing
+
+            into: Counted | Decompressing = Decompressing(sink, size, CHUNK)
+        else:
+            into = Counted(sink, size)
         try:
             for answer in call:
-                total += len(answer.data)
-                if total > size:
-                    raise Oversized(size, f"a stream longer than the {size} bytes expected")
-                sunk(sink, answer.data)
+                into.feed(answer.data)
         except grpc.RpcError as exc:
             error = self._c.error(exc, "ByteStream.Read", size)
             if isinstance(error, Absent):
@@ -202,12 +252,19 @@ class GrpcTransport:
             raise error from None
         finally:
             call.cancel()  # stops the server at once on Oversized or a local error; else a no-op
-        return total
+        return into.total
 
     def _stream_write(self, sha: str, body: Path | bytes, size: int) -> None:
-        resource = f"{self._prefix}uploads/{uuid.uuid4()}/blobs/{sha}/{size}"
+        zstd = self._zstd()
+        packed = zstd is not None and zstd.stream
+        resource = f"{self._prefix}uploads/{uuid.uuid4()}/{_blobs(packed)}/{sha}/{size}"
+        encode: Compressing | None = None
+        if packed:
+            from .grpc_zstd import Compressing
+
+            encode = Compressing(size)
         with open(body, "rb") if isinstance(body, Path) else io.BytesIO(body) as f:
-            upload = _Upload(f, resource, sha, size)
+            upload = Upload(f, resource, sha, size, CHUNK, encode)
             future = self._bytes.Write.future(upload.requests(), timeout=self._c.deadline(size),
                                               metadata=self._c.metadata)
             upload.started(future)
@@ -221,10 +278,41 @@ class GrpcTransport:
                 raise _no_absent(self._c.error(exc, "ByteStream.Write", size)) from None
         if upload.corrupt is not None:
             raise upload.corrupt
-        # A server that already has the blob may stop early; it then says the whole size.
-        if answer.committed_size != size:
+        # A server that already has the blob may stop early; it then says the whole size, or
+        # -1 for a compressed upload (which, completed, commits the bytes sent).
+        if answer.committed_size not in ((size, upload.sent, -1) if packed else (size,)):
             raise RemoteError(Problem.PROTOCOL, f"ByteStream.Write committed "
                               f"{answer.committed_size} of {size} bytes")
+
+    # -- compression -----------------------------------------------------------------
+
+    def _zstd(self) -> Support | None:
+        """Where blobs go zstd-compressed; None: nowhere (compression off, or a server
+        without ZSTD). The server is asked once, by the first blob moved."""
+        if not self._asked:
+            with self._asking:
+                if not self._asked:
+                    self._support = self._ask_support()
+                    self._asked = True
+        return self._support
+
+    def _ask_support(self) -> Support | None:
+        from .grpc_zstd import Support
+
+        request = re_pb2.GetCapabilitiesRequest(instance_name=self._instance)
+        try:
+            answer = self._unary(self._capabilities.GetCapabilities, request, "GetCapabilities")
+        except RemoteError as exc:
+            if exc.problem is not Problem.PROTOCOL:
+                raise  # unreachable, refused, slow: as any call fails (and asked again)
+            _log.debug("%s: no GetCapabilities (%s), blobs go uncompressed", self._shown,
+                       exc.detail)
+            return None
+        support = Support.of(answer.cache_capabilities)
+        if support.stream or support.batch_update:
+            return support
+        _log.debug("%s does not list ZSTD, blobs go uncompressed", self._shown)
+        return None
 
     def _unary(self, method: grpc.UnaryUnaryMultiCallable, request: object, rpc: str,
                size: int = 0, absent_ok: bool = False) -> Any:
@@ -236,49 +324,18 @@ class GrpcTransport:
             raise (error if absent_ok else _no_absent(error)) from None
 
 
-class _Upload:
-    """A file as ByteStream WriteRequests, hashed on the way. The last chunk is sent only once
-    every byte hashed to the blob's name; otherwise the call is cancelled before it, so the
-    server never gets a complete (committable) upload. Reading waits until the call exists,
-    so that it can be cancelled from the request thread."""
+def _blobs(packed: bool) -> str:
+    """The resource names' kind of blob: `blobs`, or zstd's `compressed-blobs/zstd`."""
+    return "compressed-blobs/zstd" if packed else "blobs"
 
-    def __init__(self, f: IO[bytes], resource: str, digest: str, size: int) -> None:
-        self._f, self._resource, self._digest, self._left = f, resource, digest, size
-        self._hasher = hashlib.sha256()
-        self._call: grpc.Future | None = None
-        self._ready = threading.Event()
-        self.corrupt: CorruptSource | None = None
 
-    def started(self, call: grpc.Future) -> None:
-        self._call = call
-        self._ready.set()
-
-    def requests(self) -> Iterator[bytestream_pb2.WriteRequest]:
-        self._ready.wait()
-        offset, ahead = 0, self._next()
-        while ahead:
-            chunk, ahead = ahead, self._next()
-            if not ahead and not self._intact():
-                assert self._call is not None
-                self._call.cancel()
-                return
-            yield bytestream_pb2.WriteRequest(resource_name=self._resource if offset == 0
-                                              else "", write_offset=offset, data=chunk,
-                                              finish_write=not ahead)
-            offset += len(chunk)
-
-    def _next(self) -> bytes:
-        chunk = self._f.read(min(CHUNK, self._left)) if self._left > 0 else b""
-        self._left -= len(chunk)
-        self._hasher.update(chunk)
-        return chunk
-
-    def _intact(self) -> bool:
-        actual = self._hasher.hexdigest()
-        if self._left == 0 and not self._f.read(1) and actual == self._digest:
-            return True
-        self.corrupt = CorruptSource(self._digest, actual)
-        return False
+def _require_zstandard() -> None:
+    try:
+        import zstandard  # noqa: F401
+    except ImportError as exc:
+        raise SpecError(SETTINGS_FILE, "cache.compression", f'"zstd" needs the zstandard '
+                        f"package ({exc.name or exc} is missing): pip install "
+                        f"'hefbuild[grpc]'") from None
 
 
 def _split(path: str) -> tuple[str, str]:

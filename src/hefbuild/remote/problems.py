@@ -10,7 +10,8 @@ the cache becomes a `RemoteError` with a `Problem` that says what a person shoul
      ├── problem = FULL          413 / 507, or no space left on the cache
      ├── problem = SERVER        5xx
      └── problem = PROTOCOL      any other answer we cannot use
-          └── Oversized          more bytes than the entry can have (stopped at the limit)
+          ├── Oversized          more bytes than the entry can have (stopped at the limit)
+          └── Undecodable        a compressed blob that does not decompress
 
 Failures on this side are not the cache's and are never a `RemoteError`:
 `CorruptSource` (a local file does not hash to the digest it is sent as: the upload is
@@ -53,6 +54,14 @@ class Oversized(RemoteError):
     def __init__(self, limit: int, detail: str) -> None:
         super().__init__(Problem.PROTOCOL, detail)
         self.limit = limit
+
+
+class Undecodable(RemoteError):
+    """The cache's compressed bytes for a blob are no valid stream: that blob is bad, as
+    one of wrong bytes would be, not the cache."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(Problem.PROTOCOL, detail)
 
 
 class CorruptSource(Exception):
