@@ -35,16 +35,27 @@ def read_gate(raw: dict[str, Any]) -> Gate:
                 float(raw.get("min_prefill_cosine", -1.0)))
 
 
+def positions(row: dict[str, Any], seq: int) -> int:
+    """How many of the reference's tokens fit seq_len after the prompt."""
+    prompt, ref = row["prompt_ids"], row["token_ids"]
+    return min(len(ref), seq - len(prompt) + 1) if len(prompt) <= seq else 0
+
+
+def contexts(row: dict[str, Any], seq: int) -> list[list[int]]:
+    """The teacher-forced contexts of a reference row: prompt + continuation prefix."""
+    prompt, ref = [int(i) for i in row["prompt_ids"]], [int(i) for i in row["token_ids"]]
+    return [prompt + ref[:i] for i in range(positions(row, seq))]
+
+
 def evaluate(graphs: Graphs, row: dict[str, Any], eos: int | None) -> dict[str, Any]:
     prompt, ref = [int(i) for i in row["prompt_ids"]], [int(i) for i in row["token_ids"]]
-    n = min(len(ref), graphs.seq - len(prompt) + 1) if len(prompt) <= graphs.seq else 0
+    n = positions(row, graphs.seq)
     head = {"prompt": row["prompt"], "prompt_tokens": len(prompt), "positions": n,
             "beyond_seq_len": len(ref) - n}
     if n == 0:
         return {**head, "skipped": f"the prompt is longer than seq_len {graphs.seq}"}
-    contexts = [prompt + ref[:i] for i in range(n)]
-    floats = [graphs.float_logits(c) for c in contexts]
-    emulated = [graphs.emulated_logits(c) for c in contexts]
+    floats = [graphs.float_logits(c) for c in contexts(row, graphs.seq)]
+    emulated = [graphs.emulated_logits(c) for c in contexts(row, graphs.seq)]
     forced = teacher_forced(ref[:n], floats, emulated)
     generated = greedy(graphs, prompt, n, eos)
     free = compare_generations(ref[:n], generated)
