@@ -132,7 +132,7 @@ def print_fidelity(report: dict[str, Any]) -> None:
     target = proposal["target_worst_teacher_forced"]
     if proposal.get("all_a16_reaches") is False:
         print(f"proposal: NONE reaches worst teacher-forced {target} in emulation, not even "
-              "every layer group at a16_w16")
+              "every layer at a16_w16")
         return
     reach = "reaches" if proposal["reached"] else "does NOT reach"
     print(f"proposal ({reach} worst teacher-forced {target} in emulation):")

@@ -6,6 +6,7 @@ recipe, its rounded weights made from the file one at a time and handed to it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,6 @@ from common.qdq_emulation import (
     fake_quantize,
     input_ranges,
     quants,
-    tensor_bits,
     with_fake_quant,
 )
 
@@ -58,10 +58,13 @@ class Emulator:
     def plan(self, script: str) -> Plan:
         return plan_precisions(script, self.hn, self.feeder.config, self.export.graph)
 
-    def rows(self, plan: Plan) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]]]:
-        """Every prompt's figures, and what was quantized how."""
+    def rows(self, plan: Plan, enough: Callable[[dict[str, Any]], bool] | None = None
+             ) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]]]:
+        """Every prompt's figures, and what was quantized how. With `enough`, the free-running
+        figures only when the teacher-forced summary satisfies it (a proposal's trial that
+        misses its target needs no more: half the runs saved)."""
         export, cal = self.export, self.calibration
-        acts, weights = tensor_bits(export.graph, plan.nodes, plan.input_bits)
+        acts, weights = plan.bits(export.graph)
         points = {t: Quant.of(acts[t], *cal.acts[t]) for t in cal.acts if t in acts}
         self.feeder.quants = quants(cal.inputs, plan.input_bits)
         arrays = {w: fake_quantize(export.weight(w), b) for w, b in sorted(weights.items())}
@@ -69,10 +72,14 @@ class Emulator:
         del arrays  # the session holds them: one rounded copy of the weights, no float one
         graphs = Graphs(self.feeder, cal.floats, session, export.outputs)
         eos = self.reference.get("eos_token_id")
-        rows = [evaluate(graphs, r, eos) for r in self.reference["prompts"]]
+        prompts = self.reference["prompts"]
+        rows = [evaluate(graphs, r, eos, free_running=enough is None) for r in prompts]
+        if enough is not None and enough(summary(rows)):
+            rows = [evaluate(graphs, r, eos) for r in prompts]  # teacher-forced: cached
         session.close()
         return rows, counts({t: acts[t] for t in points}, weights)
 
-    def __call__(self, script: str) -> dict[str, Any]:
-        """The summary of a script's emulation (the proposal's trials)."""
-        return summary(self.rows(self.plan(script))[0])
+    def trial(self, script: str, enough: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The summary of a script's emulation (a proposal's trial); free-running figures
+        only when the teacher-forced ones are `enough`."""
+        return summary(self.rows(self.plan(script), enough)[0])

@@ -4,8 +4,8 @@
 promote its layers (`Reach.activation_layers`) to a16_w16; its weights promote the layers of
 its MatMuls w4 -> a8_w8 ("8 instead of 4"), w8 -> a16_w16 ("keep at 16 bit").
 
-The search, in at most `trials` full emulations: first every group's layers at a16_w16 (the
-most a line can do: when that misses the target, no promotion reaches it, and the report says
+The search, in at most `trials` full emulations: first every layer the HN maps at a16_w16 (the
+most lines can do: when that misses the target, no promotion reaches it, and the report says
 so with that figure); then the k costliest rows of the table for k = 1, 2, 4, ... until one
 reaches, then halving the gap between the largest k known to miss and the smallest known to
 reach. The proposal is the smallest k that reached (else the all-a16 trial). The lines are
@@ -98,9 +98,9 @@ Emulate = Callable[[str], dict[str, Any]]  # recipe script -> the emulation's su
 def propose(costs: list[dict[str, Any]], reaches: dict[str, Reach],
             precision: dict[str, Precision], mapping: dict[str, list[str]], script: str,
             emulate: Emulate, reached: Callable[[dict[str, Any]], bool],
-            trials: int) -> dict[str, Any]:
-    every = {layer: A16_W16 for r in reaches.values()
-             for layer in (*r.weight_layers, *r.activation_layers)}
+            trials: int, layers: list[str]) -> dict[str, Any]:
+    """`layers`: every DFC layer that maps to an ONNX node or graph input (the all-a16 trial)."""
+    every = dict.fromkeys(layers, A16_W16)
     tried: list[dict[str, Any]] = []
 
     def reaches_at(k: int) -> bool:
@@ -108,7 +108,7 @@ def propose(costs: list[dict[str, Any]], reaches: dict[str, Reach],
         lines = lines_for(wanted)
         summary = emulate(script.rstrip("\n") + "\n" + "\n".join(lines) + "\n") if lines \
             else {}
-        tried.append({"promoted": "every layer group at a16_w16" if k == 0 else
+        tried.append({"promoted": "every layer at a16_w16" if k == 0 else
                       [f"{r['group']} {r['kind']}" for r in costs[:k]],
                       "lines": lines, "summary": summary, "reached": reached(summary)})
         return tried[-1]["reached"]

@@ -5,9 +5,9 @@ on its own), two measurements on the first calibration rows, each against the fl
 
 - weights: only the group's MatMul weights at the recipe's wY (symmetric per output channel);
 - activations: only the group's activation tensors at the recipe's aX (per tensor, MinMax over
-  the calibration rows): those written by the DFC layers a `precision_mode` line for the group
-  would name (`Reach`): its projections, and the layers that write what they read when the
-  HN maps them (norms, the MLP's product).
+  the calibration rows): those whose bits an a16 line for the group would raise (`Reach`):
+  what its projections write, what they read from the layers that write it when the HN maps
+  them (norms, the MLP's product), else from ops no layer maps to (`tensor_bits`).
 
 A measurement whose tensors are all at 16 bits already is left out (nothing to promote). The
 table ranks what a `precision_mode` line can change, costliest first, for the proposal
@@ -24,6 +24,7 @@ from typing import Any
 from common.action import round_sig
 from common.compare import argmax, cosine
 from common.hailo_fidelity_graphs import Export
+from common.hailo_fidelity_plan import Plan
 from common.hailo_precision import DEFAULT, Precision, natural_order
 from common.qdq_emulation import Quant, fake_quantize, with_fake_quant
 
@@ -31,20 +32,43 @@ from common.qdq_emulation import Quant, fake_quantize, with_fake_quant
 @dataclass(frozen=True)
 class Group:
     name: str  # "layer 3", "lm_head"
-    nodes: tuple[str, ...]  # its MatMul nodes with a constant weight
+    nodes: tuple[str, ...]  # its projections: MatMul nodes with a constant weight
+    scoped: tuple[str, ...] = ()  # other weighted MatMuls in its scope (RoPE, kv repeat)
 
 
-def layer_groups(layer_names: dict[str, list[str]], weighted: set[str]) -> list[Group]:
-    """Decoder layers by index across the projection kinds, then the lm_head's shards."""
+def layer_groups(layer_names: dict[str, list[str]], weighted: list[str]) -> list[Group]:
+    """Decoder layers by index across the projection kinds, then the lm_head's shards. A
+    decoder layer's activations also take the other MatMuls with a weight under its
+    projections' common ONNX name scope (RoPE's rotation, the key/value repeat:
+    `/layers.3/...`, in graph order); its weights are its projections'."""
+    known = set(weighted)
     by_index: dict[int, list[str]] = {}
     head: list[str] = []
     for kind, names in sorted(layer_names.items()):
         for i, node in enumerate(names):
-            if node not in weighted:
+            if node not in known:
                 continue
             (head if kind == "lm_head" else by_index.setdefault(i, [])).append(node)
-    groups = [Group(f"layer {i}", tuple(nodes)) for i, nodes in sorted(by_index.items())]
+    taken = {n for nodes in by_index.values() for n in nodes} | set(head)
+    groups = []
+    for i, nodes in sorted(by_index.items()):
+        scope = _scope(nodes)
+        extra = [n for n in weighted if scope and n.startswith(scope) and n not in taken]
+        taken.update(extra)
+        groups.append(Group(f"layer {i}", tuple(nodes), tuple(extra)))
     return groups + ([Group("lm_head", tuple(head))] if head else [])
+
+
+def _scope(nodes: list[str]) -> str:
+    """The ONNX name scope the nodes share ("/layers.3/"), "" when only the root."""
+    parts = [n.split("/")[:-1] for n in nodes]
+    common = []
+    for level in zip(*parts, strict=False):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    scope = "/".join(common) + "/"
+    return scope if scope.strip("/") else ""
 
 
 @dataclass(frozen=True)
@@ -53,21 +77,26 @@ class Reach:
 
     weight_layers: tuple[str, ...]  # the layers of the group's MatMuls
     activation_layers: tuple[str, ...]  # those, and the mapped writers of what they read
-    points: tuple[str, ...]  # activation tensors written by the latter (or the MatMuls)
+    points: tuple[str, ...]  # activation tensors whose bits a16 on the latter raises
 
 
-def reach_of(group: Group, mapping: dict[str, list[str]], graph: Any,
-             writer: dict[str, str], points: list[str]) -> Reach:
+def reach_of(group: Group, plan: Plan, graph: Any, writer: dict[str, str]) -> Reach:
+    """The group's layers, the mapped writers of what they read, and the activation tensors
+    whose bits a16 on those layers changes (those they write, and what they read from ops the
+    HN maps to no layer: `tensor_bits`)."""
     layers_of: dict[str, list[str]] = {}
-    for layer, names in mapping.items():
+    for layer, names in plan.mapping.items():
         for name in names:
             layers_of.setdefault(name, []).append(layer)
     own = {layer for n in group.nodes for layer in layers_of.get(n, [])}
-    feeders = {writer[t] for n in group.nodes for t in graph.reads[n] if t in writer}
-    acting = own | {layer for w in feeders for layer in layers_of.get(w, [])}
-    nodes = set(group.nodes) | {n for layer in acting for n in mapping[layer]}
+    matmuls = group.nodes + group.scoped
+    feeders = {writer[t] for n in matmuls for t in graph.reads[n] if t in writer}
+    acting = own | {layer for w in {*group.scoped, *feeders} for layer in layers_of.get(w, [])}
+    nodes = set(matmuls) | {n for layer in acting for n in plan.mapping[layer]}
+    before = plan.bits(graph)[0]
+    after = plan.bits(graph, {**plan.nodes, **dict.fromkeys(nodes, Precision(16, 16))})[0]
     return Reach(tuple(natural_order(own)), tuple(natural_order(acting)),
-                 tuple(t for t in points if writer.get(t) in nodes))
+                 tuple(t for t in before if after[t] > before[t]))
 
 
 @dataclass
@@ -102,7 +131,7 @@ class Sensitivity:
 
     def activations(self, group: Group, reach: Reach) -> dict[str, Any] | None:
         bits = {t: self.act_bits.get(t, DEFAULT.activation_bits) for t in reach.points}
-        if not bits or min(bits.values()) >= 16:
+        if not bits:  # none below 16 bits, or none a line for the group changes
             return None
         quants = {t: Quant.of(b, *self.ranges[t]) for t, b in bits.items()}
         return {"group": group.name, "kind": "activations", "bits": _bits("a", bits.values()),

@@ -63,26 +63,43 @@ def matmuls(model: Any) -> MatMuls:
                    {t: writer[t] for t in sorted(read) if t in writer})
 
 
-def tensor_bits(graph: MatMuls, precision: dict[str, Precision], input_bits: dict[str, int]
-                ) -> tuple[dict[str, int], dict[str, int]]:
+def tensor_bits(graph: MatMuls, precision: dict[str, Precision], input_bits: dict[str, int],
+                mapped: set[str] | None = None) -> tuple[dict[str, int], dict[str, int]]:
     """Bits of every tensor a MatMul touches and of every MatMul weight.
 
     A layer's aX is the width of what it writes: a tensor gets the activation bits of the
     node that writes it (`precision`, by ONNX node; DEFAULT when the recipe leaves that
-    layer alone), a graph input those of its input layer. A MatMul's own weights get its wY;
-    a weight several MatMuls share, the fewest bits any of them asks for.
+    layer alone), a graph input those of its input layer. A tensor whose writer no DFC layer
+    maps to (not in `mapped`, when given: an op the HN folds into a neighbour) is taken as
+    the input of the MatMul layers that read it: their fewest activation bits (DEFAULT when
+    no mapped MatMul reads it). A MatMul's own weights get its wY; a weight several MatMuls
+    share, the fewest bits any of them asks for.
     """
+    readers: dict[str, list[str]] = {}
+    writer = dict(graph.writer)
+    for node in graph.names:
+        for t in graph.reads[node]:
+            readers.setdefault(t, []).append(node)
+        for t in graph.writes[node]:
+            writer[t] = node
+
+    def bits(t: str) -> int:
+        if t in input_bits:
+            return input_bits[t]
+        w = writer.get(t)
+        if mapped is None or w in mapped:
+            return precision.get(w, DEFAULT).activation_bits if w else DEFAULT.activation_bits
+        read = [precision.get(r, DEFAULT).activation_bits for r in readers.get(t, [])
+                if r in mapped]
+        return min(read) if read else DEFAULT.activation_bits
+
     acts: dict[str, int] = {}
     weights: dict[str, int] = {}
     for node in graph.names:
+        for t in graph.writes[node] + graph.reads[node]:
+            if t in input_bits or t in writer:
+                acts[t] = bits(t)
         own = precision.get(node, DEFAULT)
-        for t in graph.writes[node]:
-            acts[t] = own.activation_bits
-        for t in graph.reads[node]:
-            if t in input_bits:
-                acts[t] = input_bits[t]
-            elif t in graph.writer:
-                acts[t] = precision.get(graph.writer[t], DEFAULT).activation_bits
         for w in graph.weights[node]:
             weights[w] = min(weights.get(w, own.weight_bits), own.weight_bits)
     return acts, weights

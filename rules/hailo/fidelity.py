@@ -5,7 +5,8 @@ optimize and before the hours of compile. It is an emulation on ONNX Runtime, NO
    aX_wY)` lines of optimize's rendered `model_script.alls`, mapped from DFC layers to ONNX
    nodes and graph inputs through the quantized HAR's graph (`common.hailo_precision`); every
    layer no line names stays at the DFC default a8_w8. A layer's aX is the width of what it
-   writes, wY that of its weights (`common.qdq_emulation.tensor_bits`). The report's
+   writes (an op no layer maps to: that of the MatMul layers reading it), wY that of its
+   weights (`common.qdq_emulation.tensor_bits`). The report's
    `precisions` accounts for every line: `unmatched` (names no layer of the graph has),
    `unmapped` (layers with no ONNX node), `output_only` (layers of ops that are not emulated:
    only what they write into a MatMul takes their bits), `unsupported` (modes other than
@@ -36,17 +37,18 @@ optimize and before the hours of compile. It is an emulation on ONNX Runtime, NO
    graph on the first `sensitivity_rows` calibration rows, costliest first), and, when the
    emulated recipe misses the gate (`min_teacher_forced` when set, else `proposal_target`, on
    the worst prompt; and `min_prefill_cosine`), within `proposal_trials` full emulations:
-   whether every group at a16_w16 reaches it at all (if not, the report says so with that
-   figure), then the fewest of the costliest rows promoted (activations to a16_w16, weights
-   w4 -> a8_w8 or w8 -> a16_w16) found to reach it: `quantization_param` lines to paste into
-   the model's recipe, tried as they would be read.
+   whether every layer the HN maps at a16_w16 reaches it at all (if not, the report says so
+   with that figure), then the fewest of the costliest rows promoted (activations to
+   a16_w16, weights w4 -> a8_w8 or w8 -> a16_w16) found to reach it: `quantization_param`
+   lines to paste into the model's recipe, tried as they would be read.
 
 Not emulated (so the figures are an estimate, optimistic where the chip does more in fixed
 point): norms, softmax, SiLU, residual adds and the mask run in float32; the DFC's own
 calibration statistics, bias correction and equalization; its accumulator widths and
 rounding; the on-device cos/sin; the prefill / token-by-token split and the KV cache's
-storage precision; layers the HN does not map to ONNX nodes (what they write stays at a8,
-whatever a line says: the report counts those tensors). The report says so first (`kind`, `note`).
+storage precision; which layer holds an op the HN maps to no layer (what it writes into a
+MatMul is taken as that MatMul layer's input; what only such ops read stays at a8 whatever a
+line says: the report counts those tensors). The report says so first (`kind`, `note`).
 
 `fidelity.json`: keys in a fixed order, figures rounded to 6 significant digits, no paths,
 thresholds or timestamps, so equal inputs give equal bytes. Gate (optional):
@@ -66,10 +68,10 @@ from typing import Any
 from common.action import Action, check_outputs, fail, load_action
 from common.dfc import load_run_config
 from common.hailo_fidelity_compare import Gate, gate_failure, read_gate, summary
-from common.hailo_fidelity_emulation import Calibration, Emulator, calibrate
+from common.hailo_fidelity_emulation import Emulator, calibrate
 from common.hailo_fidelity_graphs import Export, Feeder, embedding_table, map_big_blocks
 from common.hailo_fidelity_plan import Plan, read_hn
-from common.hailo_fidelity_proposal import propose
+from common.hailo_fidelity_proposal import A16_W16, propose
 from common.hailo_fidelity_sensitivity import Reach, Sensitivity, layer_groups, reach_of, table
 
 KIND = "cpu-emulation"
@@ -87,13 +89,15 @@ NOT_EMULATED = (
     "accumulator widths and rounding of the chip",
     "on-device cos/sin",
     "the prefill / token-by-token split and the KV cache's precision",
-    "layers the HN does not map to ONNX nodes: what they write into a MatMul stays at the "
-    "default a8 whatever the recipe says (counted in sensitivity.activations_no_line_reaches)",
+    "which DFC layer holds an op the HN maps to no layer: what it writes into a MatMul is "
+    "taken as that MatMul layer's input (its aX); what only such ops read stays at a8 "
+    "whatever the recipe says (counted in sensitivity.activations_no_line_reaches)",
 )
 SENSITIVITY = ("per layer group, everything else float32: its MatMul weights alone at the "
                "recipe's wY (symmetric per output channel), and its activations alone at the "
-               "recipe's aX (the tensors its layers write, per tensor, MinMax); logit cosine "
-               "and top-1 against the float32 graph on the first calibration rows")
+               "recipe's aX (the tensors an a16 line for its layers would widen, per tensor, "
+               "MinMax); logit cosine and top-1 against the float32 graph on the first "
+               "calibration rows")
 CALIBSET = re.compile(r"\bcalibset_size\s*=\s*(\d+)")
 
 
@@ -135,17 +139,14 @@ def sensitivity_of(action: Action, emulator: Emulator, plan: Plan
                    ) -> tuple[dict[str, Reach], list[dict[str, Any]]]:
     """Each layer group's reach (what a line for it names) and the cost table ([] when
     sensitivity_rows is 0)."""
-    from common.qdq_emulation import tensor_bits
-
     export, cal = emulator.export, emulator.calibration
     rows = min(int(action.params.get("sensitivity_rows", 4)), len(cal.rows))
     groups = layer_groups(emulator.feeder.config.get("layer_names") or {},
-                          set(export.graph.constant))
-    reaches = {g.name: reach_of(g, plan.mapping, export.graph, export.writer, list(cal.acts))
-               for g in groups}
+                          export.graph.constant)
+    reaches = {g.name: reach_of(g, plan, export.graph, export.writer) for g in groups}
     if rows <= 0 or not groups:
         return reaches, []
-    acts, weights = tensor_bits(export.graph, plan.nodes, plan.input_bits)
+    acts, weights = plan.bits(export.graph)
     sens = Sensitivity(export, [emulator.feeder.feeds(r) for r in cal.rows[:rows]],
                        cal.kept[:rows], acts, weights, cal.acts)
     return reaches, table(sens, groups, reaches)
@@ -166,14 +167,22 @@ def proposal_of(action: Action, gate: Gate, current: dict[str, Any], reaches: di
     if reached(current):
         return {**head, "needed": False}
     trials = int(action.params.get("proposal_trials", 5))
-    return {**head, "needed": True, **propose(costs, reaches, plan.nodes, plan.mapping, script,
-                                              emulator, reached, trials)}
+    return {**head, "needed": True, **propose(
+        costs, reaches, plan.nodes, plan.mapping, script,
+        lambda trial: emulator.trial(trial, reached), reached, trials,
+        mapped_layers(plan, emulator.export))}
 
 
-def unreachable(plan: Plan, cal: Calibration, export: Export) -> int:
-    """Activation tensors whose writer no DFC layer maps to: no recipe line changes them."""
-    mapped = {n for names in plan.mapping.values() for n in names}
-    return sum(export.writer.get(t) not in mapped for t in cal.acts)
+def mapped_layers(plan: Plan, export: Export) -> list[str]:
+    """DFC layers with an ONNX node or graph input (not only a graph output's name)."""
+    known = set(export.writer.values()) | set(export.graph.inputs)
+    return sorted(layer for layer, names in plan.mapping.items() if known & set(names))
+
+
+def unreachable(plan: Plan, export: Export) -> int:
+    """Activation tensors no recipe line changes: at a8 with every mapped node at a16."""
+    top = {n: A16_W16 for n in plan.mapped}
+    return sum(b < 16 for b in plan.bits(export.graph, top)[0].values())
 
 
 def show_analysis(costs: list[dict[str, Any]], proposal: dict[str, Any]) -> None:
@@ -192,7 +201,7 @@ def show_analysis(costs: list[dict[str, Any]], proposal: dict[str, Any]) -> None
     figure = best["summary"].get("worst_teacher_forced")
     target = proposal["target_worst_teacher_forced"]
     if proposal["all_a16_reaches"] is False:
-        print(f"proposal: NONE reaches the target in emulation: even every layer group at "
+        print(f"proposal: NONE reaches the target in emulation: even every layer at "
               f"a16_w16 gives worst teacher-forced {figure} (target {target}); the lines of "
               "that best case:")
     else:
@@ -238,7 +247,7 @@ def main() -> None:
         "calibration": {**calibration, "matches_model_script": matches},
         "summary": summary(rows),
         "sensitivity": {"rows": min(keep, len(rows_tokens)), "measures": SENSITIVITY,
-                        "activations_no_line_reaches": unreachable(plan, cal, export),
+                        "activations_no_line_reaches": unreachable(plan, export),
                         "groups": costs},
         "proposal": proposal,
         "prompts": rows,

@@ -89,5 +89,5 @@ def test_an_emulation_no_recipe_change_can_fix_says_so_with_its_best_figure(buil
     out.chmod(0o644)
     out.write_text(json.dumps(report))
     assert _emulation(built, VERIFY)[-1] == (
-        "  no recipe change reaches the target in emulation: even every layer group at "
+        "  no recipe change reaches the target in emulation: even every layer at "
         "a16_w16 gives worst teacher-forced 0.4375")

@@ -349,6 +349,11 @@ def test_a_tensor_has_the_bits_of_the_layer_that_writes_it() -> None:
     assert weights == {"W": 16, "R": 4}  # R is shared: the fewest bits any reader asks for
     norm16 = qe.tensor_bits(graph, {**precision, "/norm/Mul": hp.Precision(16, 16)}, {})[0]
     assert norm16["n"] == 16
+    # the norm mapped to no layer: its output is the input of the layers reading it (q: a16)
+    mapped = {"/q/MatMul", "/r/MatMul", "/k/MatMul"}
+    assert qe.tensor_bits(graph, precision, {"x": 16}, mapped)[0]["n"] == 16
+    assert qe.tensor_bits(graph, precision, {"x": 16}, mapped - {"/q/MatMul"})[0] == {
+        "n": 8, "q": 8, "r": 8, "k": 8}  # a writer no layer maps to, read by none mapped
 
 
 def test_input_quantization_is_q_then_dq_over_the_calibrated_range() -> None:
@@ -424,8 +429,15 @@ def test_every_layer_group_has_its_cost_costliest_first(default: Run) -> None:
         # the default recipe: a8_w4 projections, each writing its output at a8
         assert g["bits"] == ("w4" if g["kind"] == "weights" else "a8")
         assert -1.0 <= g["logit_cosine"] <= 1.0 and 0.0 <= g["top1_agreement"] <= 1.0
-        assert g["tensors"] == (1 if g["group"] == "lm_head" else 7)
-    # the fake HN maps only the projections: norms, products and attention write at a8
+        if g["kind"] == "weights":
+            assert g["tensors"] == (1 if g["group"] == "lm_head" else 7)
+    acts = {g["group"]: g["tensors"] for g in rows if g["kind"] == "activations"}
+    # the fake HN maps only the MatMuls with a weight: what a layer's seven projections write;
+    # the norms' outputs, the MLP's product and the attention's output they read (no layer
+    # holds those ops: they are taken as the reading MatMul's input); what the four RoPE and
+    # key/value-repeat MatMuls of its scope write, and the rotated key one of them reads
+    assert acts["layer 0"] == acts["layer 1"] == 7 + 4 + 4 + 1
+    # the attention's own MatMuls (no weight: no layer) read and write at a8 whatever a line
     assert sens["activations_no_line_reaches"] > 0
 
 

@@ -149,7 +149,7 @@ def _proposal(r: dict[str, Any]) -> str:
         return "none found"
     if proposal.get("all_a16_reaches") is False:
         figure = _fmt((best.get("summary") or {}).get("worst_teacher_forced"))
-        return ("none reaches the target in emulation: even every layer group at a16_w16 "
+        return ("none reaches the target in emulation: even every layer at a16_w16 "
                 f"gives worst teacher-forced {figure}")
     reach = "reaches" if proposal.get("reached") else "does NOT reach"
     return f"{reach} the target in emulation: " + "; ".join(best["lines"])
