@@ -114,21 +114,27 @@ def print_fidelity(report: dict[str, Any]) -> None:
           f"{s.get('mean_logit_cosine')}, worst prefill cosine {s.get('worst_prefill_cosine')}, "
           f"free-running {s.get('mean_free_running')}")
     groups = report["sensitivity"]["groups"]
-    print(f"costliest weights alone ({len(groups)} groups, {report['sensitivity']['rows']} "
+    print(f"costliest precisions alone ({len(groups)} rows, {report['sensitivity']['rows']} "
           f"calibration rows): " + ", ".join(
-              f"{g['group']} {g['weights']} cosine {g['logit_cosine']}" for g in groups[:5]))
+              f"{g['group']} {g['kind']} {g['bits']} cosine {g['logit_cosine']}"
+              for g in groups[:6]))
     proposal = report["proposal"]
     if not proposal.get("needed"):
         print("proposal: none needed")
         return
     for trial in proposal["trials"]:
-        t = trial["summary"]
-        print(f"  trial: {len(trial['groups'])} group(s) promoted -> worst teacher-forced "
-              f"{t.get('worst_teacher_forced')}, logit cosine {t.get('mean_logit_cosine')}"
+        t, promoted = trial["summary"], trial["promoted"]
+        what = promoted if isinstance(promoted, str) else f"{len(promoted)} row(s) promoted"
+        print(f"  trial: {what} -> worst teacher-forced {t.get('worst_teacher_forced')}, "
+              f"logit cosine {t.get('mean_logit_cosine')}"
               f"{' (reaches the target)' if trial['reached'] else ''}")
     best = proposal.get("proposed") or {}
+    target = proposal["target_worst_teacher_forced"]
+    if proposal.get("all_a16_reaches") is False:
+        print(f"proposal: NONE reaches worst teacher-forced {target} in emulation, not even "
+              "every layer at a16_w16")
+        return
     reach = "reaches" if proposal["reached"] else "does NOT reach"
-    print(f"proposal ({reach} worst teacher-forced "
-          f"{proposal['target_worst_teacher_forced']} in emulation):")
+    print(f"proposal ({reach} worst teacher-forced {target} in emulation):")
     for line in best.get("lines", []):
         print(f"  {line}")

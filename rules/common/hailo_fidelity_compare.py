@@ -35,21 +35,31 @@ def read_gate(raw: dict[str, Any]) -> Gate:
                 float(raw.get("min_prefill_cosine", -1.0)))
 
 
-def evaluate(graphs: Graphs, row: dict[str, Any], eos: int | None) -> dict[str, Any]:
+def positions(row: dict[str, Any], seq: int) -> int:
+    """How many of the reference's tokens fit seq_len after the prompt."""
+    prompt, ref = row["prompt_ids"], row["token_ids"]
+    return min(len(ref), seq - len(prompt) + 1) if len(prompt) <= seq else 0
+
+
+def contexts(row: dict[str, Any], seq: int) -> list[list[int]]:
+    """The teacher-forced contexts of a reference row: prompt + continuation prefix."""
     prompt, ref = [int(i) for i in row["prompt_ids"]], [int(i) for i in row["token_ids"]]
-    n = min(len(ref), graphs.seq - len(prompt) + 1) if len(prompt) <= graphs.seq else 0
+    return [prompt + ref[:i] for i in range(positions(row, seq))]
+
+
+def evaluate(graphs: Graphs, row: dict[str, Any], eos: int | None,
+             free_running: bool = True) -> dict[str, Any]:
+    """A prompt's figures; without `free_running`, the teacher-forced ones only."""
+    prompt, ref = [int(i) for i in row["prompt_ids"]], [int(i) for i in row["token_ids"]]
+    n = positions(row, graphs.seq)
     head = {"prompt": row["prompt"], "prompt_tokens": len(prompt), "positions": n,
             "beyond_seq_len": len(ref) - n}
     if n == 0:
         return {**head, "skipped": f"the prompt is longer than seq_len {graphs.seq}"}
-    contexts = [prompt + ref[:i] for i in range(n)]
-    floats = [graphs.float_logits(c) for c in contexts]
-    emulated = [graphs.emulated_logits(c) for c in contexts]
+    floats = [graphs.float_logits(c) for c in contexts(row, graphs.seq)]
+    emulated = [graphs.emulated_logits(c) for c in contexts(row, graphs.seq)]
     forced = teacher_forced(ref[:n], floats, emulated)
-    generated = greedy(graphs, prompt, n, eos)
-    free = compare_generations(ref[:n], generated)
-    div = divergence(free, floats, NEAR_TIE)
-    return {
+    forced_row = {
         **head,
         "teacher_forced": {
             "agreement": round_sig(forced["agreement"]),
@@ -61,6 +71,14 @@ def evaluate(graphs: Graphs, row: dict[str, Any], eos: int | None) -> dict[str, 
             sum(argmax(f) == t for f, t in zip(floats, ref, strict=False)) / n),
         "prefill_cosine": round_sig(cosine(floats[0], emulated[0])),
         "prefill_same_top1": argmax(floats[0]) == argmax(emulated[0]),
+    }
+    if not free_running:
+        return forced_row
+    generated = greedy(graphs, prompt, n, eos)
+    free = compare_generations(ref[:n], generated)
+    div = divergence(free, floats, NEAR_TIE)
+    return {
+        **forced_row,
         "free_running": {
             "agreement": round_sig(free["agreement"]),
             "first_divergence": free["first_divergence"],
@@ -97,8 +115,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "worst_teacher_forced": min(r["teacher_forced"]["agreement"] for r in done),
         "mean_logit_cosine": mean([r["teacher_forced"]["mean_cosine"] for r in done]),
         "worst_prefill_cosine": min(r["prefill_cosine"] for r in done),
-        "mean_free_running": mean([r["free_running"]["agreement"] for r in done]),
-        "degenerate_prompts": sum(r["free_running"]["degenerate"] for r in done),
+        **({"mean_free_running": mean([r["free_running"]["agreement"] for r in done]),
+            "degenerate_prompts": sum(r["free_running"]["degenerate"] for r in done)}
+           if all("free_running" in r for r in done) else {"free_running": "not run"}),
     }
 
 

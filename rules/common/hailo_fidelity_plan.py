@@ -23,6 +23,19 @@ class Plan:
     account: dict[str, Any] = field(default_factory=dict)
     mapping: dict[str, list[str]] = field(default_factory=dict)  # DFC layer -> ONNX names
 
+    @property
+    def mapped(self) -> set[str]:
+        """ONNX nodes and graph inputs some DFC layer maps to."""
+        return {name for names in self.mapping.values() for name in names}
+
+    def bits(self, graph: Any, nodes: dict[str, Precision] | None = None
+             ) -> tuple[dict[str, int], dict[str, int]]:
+        """`tensor_bits` of the plan (or of `nodes` in place of its own)."""
+        from common.qdq_emulation import tensor_bits
+
+        return tensor_bits(graph, self.nodes if nodes is None else nodes, self.input_bits,
+                           self.mapped)
+
 
 def plan_precisions(script: str, hn: dict[str, Any] | None, config: dict[str, Any],
                     graph: Any) -> Plan:

@@ -1,34 +1,32 @@
-"""A QDQ copy of an ONNX graph with per-node precisions, made by ONNX Runtime's
-`quantize_static` (the fidelity stage's CPU emulation of a Hailo recipe).
+"""The fidelity stage's CPU emulation of a Hailo recipe's precisions as ONNX graphs for ONNX
+Runtime, written here (no `quantize_static`): the export's graph with fake quantization
+inserted, its weights left in export's file or handed to the session already rounded.
 
 What is quantized:
-- every MatMul node (in ONNX Runtime's QDQ format: a QuantizeLinear/DequantizeLinear pair on
-  each input and on the output): activations per tensor, asymmetric, range = min/max over the
-  calibration feeds (MinMax), QUInt8 or QUInt16 by the bits of the layer that writes the
-  tensor (`tensor_bits`); constant weights (input B) symmetric per output channel, QInt4,
-  QInt8 or QInt16;
+- every tensor a MatMul node reads or writes (but the graph inputs): a QuantizeLinear /
+  DequantizeLinear pair (com.microsoft, so 16 bits work at any opset) right after the node
+  that writes it, per tensor, asymmetric unsigned, `bits` from `tensor_bits`, range = min/max
+  of the float32 graph over the calibration rows (MinMax, `with_ranges`);
+- constant MatMul weights (input B): symmetric per output channel, 4, 8 or 16 bits, rounded
+  and dequantized in numpy (`fake_quantize`: what a DequantizeLinear of the integer weight
+  computes, without holding both), handed to the session in place of the file's;
 - the graph inputs, by fake-quantizing the feeds the same way (Q then DQ, numpy): they are
   the DFC's input layers, which no MatMul reads directly.
 Every other op (norms, softmax, SiLU, adds, the mask) computes in float32; only what it
 writes into a MatMul is quantized (at its layer's bits). The Q/DQ nodes are executed as
-written (no integer kernels).
-
-The calibrator's session is pinned to one thread (`single_threaded_calibration`): activation
-ranges, hence scales and every figure, must not depend on scheduling.
+written (no graph optimization, no integer kernels).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from common.hailo_precision import DEFAULT, Precision
 
-ACTIVATION_TYPES = {8: "QUInt8", 16: "QUInt16"}
-WEIGHT_TYPES = {4: "QInt4", 8: "QInt8", 16: "QInt16"}
+MS_DOMAIN = "com.microsoft"
+ZERO_TYPES = {8: "uint8", 16: "uint16"}
 
 
 @dataclass(frozen=True)
@@ -65,120 +63,58 @@ def matmuls(model: Any) -> MatMuls:
                    {t: writer[t] for t in sorted(read) if t in writer})
 
 
-def tensor_bits(graph: MatMuls, precision: dict[str, Precision], input_bits: dict[str, int]
-                ) -> tuple[dict[str, int], dict[str, int]]:
+def tensor_bits(graph: MatMuls, precision: dict[str, Precision], input_bits: dict[str, int],
+                mapped: set[str] | None = None) -> tuple[dict[str, int], dict[str, int]]:
     """Bits of every tensor a MatMul touches and of every MatMul weight.
 
     A layer's aX is the width of what it writes: a tensor gets the activation bits of the
     node that writes it (`precision`, by ONNX node; DEFAULT when the recipe leaves that
-    layer alone), a graph input those of its input layer. A MatMul's own weights get its wY;
-    a weight several MatMuls share, the fewest bits any of them asks for.
+    layer alone), a graph input those of its input layer. A tensor whose writer no DFC layer
+    maps to (not in `mapped`, when given: an op the HN folds into a neighbour) is taken as
+    the input of the MatMul layers that read it: their fewest activation bits (DEFAULT when
+    no mapped MatMul reads it). A MatMul's own weights get its wY; a weight several MatMuls
+    share, the fewest bits any of them asks for.
     """
+    readers: dict[str, list[str]] = {}
+    writer = dict(graph.writer)
+    for node in graph.names:
+        for t in graph.reads[node]:
+            readers.setdefault(t, []).append(node)
+        for t in graph.writes[node]:
+            writer[t] = node
+
+    def bits(t: str) -> int:
+        if t in input_bits:
+            return input_bits[t]
+        w = writer.get(t)
+        if mapped is None or w in mapped:
+            return precision.get(w, DEFAULT).activation_bits if w else DEFAULT.activation_bits
+        read = [precision.get(r, DEFAULT).activation_bits for r in readers.get(t, [])
+                if r in mapped]
+        return min(read) if read else DEFAULT.activation_bits
+
     acts: dict[str, int] = {}
     weights: dict[str, int] = {}
     for node in graph.names:
+        for t in graph.writes[node] + graph.reads[node]:
+            if t in input_bits or t in writer:
+                acts[t] = bits(t)
         own = precision.get(node, DEFAULT)
-        for t in graph.writes[node]:
-            acts[t] = own.activation_bits
-        for t in graph.reads[node]:
-            if t in input_bits:
-                acts[t] = input_bits[t]
-            elif t in graph.writer:
-                acts[t] = precision.get(graph.writer[t], DEFAULT).activation_bits
         for w in graph.weights[node]:
             weights[w] = min(weights.get(w, own.weight_bits), own.weight_bits)
     return acts, weights
 
 
-def overrides(acts: dict[str, int], weights: dict[str, int], ranks: dict[str, int]
-              ) -> dict[str, list[dict[str, Any]]]:
-    """`TensorQuantOverrides` for the tensors that differ from the defaults (QUInt8
-    activations, QInt8 per-channel weights). `ranks`: rank of each weight (channel axis last)."""
-    from onnxruntime.quantization import QuantType
-
-    out: dict[str, list[dict[str, Any]]] = {}
-    for name, bits in sorted(acts.items()):
-        if bits != DEFAULT.activation_bits:
-            out[name] = [{"quant_type": getattr(QuantType, ACTIVATION_TYPES[bits])}]
-    for name, bits in sorted(weights.items()):
-        if bits != DEFAULT.weight_bits:
-            out[name] = [{"quant_type": getattr(QuantType, WEIGHT_TYPES[bits]),
-                          "axis": ranks[name] - 1}]
-    return out
-
-
-class FeedReader:
-    """CalibrationDataReader (get_next + rewind) that builds each row's feeds on demand."""
-
-    def __init__(self, rows: list[Any], feeds: Callable[[Any], dict[str, Any]]) -> None:
-        self.rows, self.feeds, self.index = rows, feeds, 0
-
-    def get_next(self) -> dict[str, Any] | None:
-        if self.index >= len(self.rows):
-            return None
-        self.index += 1
-        return self.feeds(self.rows[self.index - 1])
-
-    def rewind(self) -> None:
-        self.index = 0
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-
-@contextlib.contextmanager
-def single_threaded_calibration() -> Iterator[None]:
-    """The calibrator makes its own session with ONNX Runtime's default thread pool; swap in
-    one that runs on a single thread for as long as the context lasts."""
-    import onnxruntime as ort
-    from onnxruntime.quantization.calibrate import CalibraterBase
-
-    saved = CalibraterBase.create_inference_session
-
-    def one_thread(self: Any) -> None:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.intra_op_num_threads = options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.infer_session = ort.InferenceSession(self.augmented_model_path, options,
-                                                  providers=self.execution_providers)
-
-    CalibraterBase.create_inference_session = one_thread
-    try:
-        yield
-    finally:
-        CalibraterBase.create_inference_session = saved
-
-
-def quantize(source: Path, target: Path, reader: FeedReader,
-             tensor_overrides: dict[str, list[dict[str, Any]]]) -> None:
-    """quantize_static in QDQ format, MatMul only, MinMax; contrib Q/DQ ops so that 4- and
-    16-bit types work whatever the model's opset (16-bit also lifts it to 21). The MinMax
-    calibrator keeps only reduced min/max values per row, so every row is held at once
-    (its CalibMaxIntermediateOutputs option drops rows instead of merging them)."""
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-
-    with single_threaded_calibration():
-        quantize_static(
-            str(source), str(target), calibration_data_reader=reader,
-            quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"], per_channel=True,
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"TensorQuantOverrides": tensor_overrides, "UseQDQContribOps": True,
-                           "WeightSymmetric": True, "ActivationSymmetric": False},
-        )
-
-
 @dataclass(frozen=True)
-class InputQuant:
-    """Q then DQ of one graph input: asymmetric unsigned, `bits` wide, over [lo, hi] ∪ {0}."""
+class Quant:
+    """Q then DQ of one tensor: asymmetric unsigned, `bits` wide, over [lo, hi] ∪ {0}."""
 
     bits: int
     scale: float
     zero_point: int
 
     @classmethod
-    def of(cls, bits: int, lo: float, hi: float) -> InputQuant:
+    def of(cls, bits: int, lo: float, hi: float) -> Quant:
         lo, hi = min(lo, 0.0), max(hi, 0.0)
         qmax = (1 << bits) - 1
         scale = (hi - lo) / qmax if hi > lo else 0.0
@@ -195,33 +131,118 @@ class InputQuant:
         return ((q - self.zero_point) * scale).astype(np.float32)
 
 
-def input_quants(feeds: Iterator[dict[str, Any]], bits: dict[str, int]) -> dict[str, InputQuant]:
-    """Per graph input, its range over the calibration feeds and the quantizer of it."""
+def input_ranges(feeds: Iterable[dict[str, Any]], names: Iterable[str]
+                 ) -> dict[str, tuple[float, float]]:
+    """Per graph input, its range over the calibration feeds (0 included)."""
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
+    names = list(names)
     for feed in feeds:
-        for name in bits:
+        for name in names:
             lo[name] = min(lo.get(name, 0.0), float(feed[name].min()))
             hi[name] = max(hi.get(name, 0.0), float(feed[name].max()))
-    return {name: InputQuant.of(b, lo[name], hi[name]) for name, b in sorted(bits.items())}
+    return {name: (lo[name], hi[name]) for name in sorted(lo)}
 
 
-def qdq_counts(path: Path) -> dict[str, dict[str, int]]:
-    """What the QDQ graph holds: DequantizeLinear nodes by kind (weight or activation) and
-    integer type, read back from the file (the check that the overrides took)."""
+def quants(ranges: dict[str, tuple[float, float]], bits: dict[str, int]) -> dict[str, Quant]:
+    """The quantizer of every tensor `bits` names, over its calibrated range."""
+    return {name: Quant.of(b, *ranges[name]) for name, b in sorted(bits.items())}
+
+
+def activation_points(graph: MatMuls) -> list[str]:
+    """Every tensor a MatMul reads or writes but the graph inputs (fed quantized), in graph
+    order: where the emulation quantizes activations."""
+    seen: dict[str, None] = {}
+    for node in graph.names:
+        for t in graph.reads[node] + graph.writes[node]:
+            if t not in graph.inputs:
+                seen.setdefault(t, None)
+    return list(seen)
+
+
+def with_ranges(model: Any, points: list[str]) -> Any:
+    """A copy of `model` (weights still referring to their file) that also outputs each
+    point's min and max (`<t>/min`, `<t>/max`): calibration in the one float32 session. Each
+    reduction follows the node that writes its tensor, so the tensor is not held to the end."""
     import onnx
 
-    model = onnx.load(str(path))
-    inits = {i.name: i for i in model.graph.initializer}
-    counts: dict[str, dict[str, int]] = {"weights": {}, "activations": {}}
-    for node in model.graph.node:
-        if node.op_type != "DequantizeLinear":
-            continue
-        weight = node.input[0] in inits
-        # a weight's own type; an activation's is its zero point's
-        typed = inits[node.input[0]] if weight else (
-            inits.get(node.input[2]) if len(node.input) > 2 else None)
-        dtype = onnx.TensorProto.DataType.Name(typed.data_type).lower() if typed else "?"
-        kind = counts["weights" if weight else "activations"]
-        kind[dtype] = kind.get(dtype, 0) + 1
-    return {k: dict(sorted(v.items())) for k, v in counts.items()}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    h, graph = onnx.helper, out.graph
+    wanted = set(points)
+    nodes = list(graph.node)
+    del graph.node[:]
+    for node in nodes:
+        graph.node.append(node)
+        for t in node.output:
+            if t not in wanted:
+                continue
+            for op in ("Min", "Max"):
+                graph.node.append(h.make_node(f"Reduce{op}", [t], [f"{t}/{op.lower()}"],
+                                              name=f"{t}/Reduce{op}", keepdims=0))
+    graph.output.extend(h.make_tensor_value_info(f"{t}/{op}", onnx.TensorProto.FLOAT, [])
+                        for t in points for op in ("min", "max"))
+    return out
+
+
+def with_fake_quant(model: Any, points: dict[str, Quant]) -> Any:
+    """A copy of `model` where every tensor of `points` is quantized and dequantized right
+    after the node that writes it: the writer's output is renamed `<t>/float`, and the DQ
+    writes `t`, so every reader (and a graph output) sees the rounded tensor."""
+    import numpy as np
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    h, graph = onnx.helper, out.graph
+    nodes = list(graph.node)
+    del graph.node[:]
+    for node in nodes:
+        wanted = [t for t in node.output if t in points]
+        for k, t in enumerate(node.output):
+            if t in points:
+                node.output[k] = f"{t}/float"
+        graph.node.append(node)
+        for t in wanted:
+            q = points[t]
+            zero = np.array(q.zero_point, dtype=ZERO_TYPES[q.bits])
+            graph.initializer.extend([
+                onnx.numpy_helper.from_array(np.array(q.scale, np.float32), f"{t}/scale"),
+                onnx.numpy_helper.from_array(zero, f"{t}/zero")])
+            qdq = [f"{t}/scale", f"{t}/zero"]
+            graph.node.extend([
+                h.make_node("QuantizeLinear", [f"{t}/float", *qdq], [f"{t}/q"],
+                            name=f"{t}/Quantize", domain=MS_DOMAIN),
+                h.make_node("DequantizeLinear", [f"{t}/q", *qdq], [t],
+                            name=f"{t}/Dequantize", domain=MS_DOMAIN)])
+    if not any(o.domain == MS_DOMAIN for o in out.opset_import):
+        out.opset_import.append(h.make_opsetid(MS_DOMAIN, 1))
+    return out
+
+
+def fake_quantize(weight: Any, bits: int) -> Any:
+    """Symmetric per output channel (the last axis of a MatMul's B), rounded to `bits` and
+    dequantized, in place (a weight read from the file is the only copy held)."""
+    import numpy as np
+
+    top = np.float32(2 ** (bits - 1) - 1)
+    amax = np.abs(weight).max(axis=tuple(range(weight.ndim - 1)), keepdims=True)
+    scale = np.where(amax > 0, amax / top, np.float32(1.0)).astype(np.float32)
+    np.divide(weight, scale, out=weight)
+    np.rint(weight, out=weight)
+    np.clip(weight, -top, top, out=weight)
+    np.multiply(weight, scale, out=weight)
+    return weight
+
+
+def counts(acts: dict[str, int], weights: dict[str, int]) -> dict[str, dict[str, int]]:
+    """What the emulation quantizes: weights by integer type, activation tensors by theirs
+    (graph inputs not counted: they are quantized in the feeds)."""
+    def tally(bits: Iterable[int], prefix: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in bits:
+            out[f"{prefix}{b}"] = out.get(f"{prefix}{b}", 0) + 1
+        return dict(sorted(out.items()))
+
+    return {"weights": tally(weights.values(), "int"),
+            "activations": tally(acts.values(), "uint")}

@@ -77,3 +77,17 @@ def test_an_emulations_report_says_it_is_one_and_what_it_proposes(built, root):
         "  proposed recipe change (reaches the target in emulation), to append to the "
         "model's recipe:",
         "    quantization_param([model/conv3], precision_mode=a8_w8)"]
+
+
+def test_an_emulation_no_recipe_change_can_fix_says_so_with_its_best_figure(built, root):
+    report = {"kind": "cpu-emulation", "note": "not the Hailo-10H's numerics",
+              "proposal": {"needed": True, "reached": False, "all_a16_reaches": False,
+                           "proposed": {"lines": ["quantization_param([model/conv3], "
+                                                  "precision_mode=a16_w16)"],
+                                        "summary": {"worst_teacher_forced": 0.4375}}}}
+    out = root / "build" / MODEL / "verify" / "report.json"
+    out.chmod(0o644)
+    out.write_text(json.dumps(report))
+    assert _emulation(built, VERIFY)[-1] == (
+        "  no recipe change reaches the target in emulation: even every layer at "
+        "a16_w16 gives worst teacher-forced 0.4375")

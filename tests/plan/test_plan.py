@@ -162,7 +162,7 @@ SPLIT = {
         "hailo/device_check_generate.py"),
     ("hailo10h", "fidelity"): (
         "common/hailo_fidelity_plan.py", "common/hailo_fidelity_graphs.py",
-        "common/hailo_fidelity_compare.py"),
+        "common/hailo_fidelity_compare.py", "common/hailo_fidelity_emulation.py"),
     ("hailo10h", "export"): (
         "common/hailo_graph.py", "common/hailo_graph_spec.py", "common/hailo_graph_export.py"),
     ("cpu-ort", "quantize"): ("common/ort_calibration.py", "common/onnx_untie.py"),

@@ -72,9 +72,11 @@ def fidelity_report() -> dict[str, Any]:
                         "mean_logit_cosine": 0.981, "worst_prefill_cosine": 0.99,
                         "mean_free_running": 0.625},
             "sensitivity": {"rows": 4, "groups": [
-                {"group": "layer 1", "weights": "w4", "logit_cosine": 0.97},
-                {"group": "lm_head", "weights": "w4", "logit_cosine": 0.995}]},
-            "proposal": {"needed": True, "reached": True, "proposed": {"lines": [
+                {"group": "layer 1", "kind": "weights", "bits": "w4", "logit_cosine": 0.97},
+                {"group": "lm_head", "kind": "activations", "bits": "a8",
+                 "logit_cosine": 0.995}]},
+            "proposal": {"needed": True, "reached": True, "all_a16_reaches": True,
+                         "proposed": {"lines": [
                 "quantization_param([model/conv12, model/conv13], precision_mode=a8_w8)"]}},
             "prompts": [row]}
 

@@ -108,7 +108,7 @@ def test_fidelity_is_labelled_an_estimate(report):
     page = section(render(report), "tiny-hailo")
     assert "CPU emulation estimate of the recipe (not the chip)" in page
     assert "An estimate: ONNX Runtime emulating" in page
-    assert "layer 1 w4 (logit cosine 0.9700)" in page  # the costliest weights first
+    assert "layer 1 weights w4 (logit cosine 0.9700)" in page  # the costliest first
     assert ("reaches the target in emulation: quantization_param([model/conv12, "
             "model/conv13], precision_mode=a8_w8)") in page
 

@@ -349,17 +349,22 @@ def test_a_tensor_has_the_bits_of_the_layer_that_writes_it() -> None:
     assert weights == {"W": 16, "R": 4}  # R is shared: the fewest bits any reader asks for
     norm16 = qe.tensor_bits(graph, {**precision, "/norm/Mul": hp.Precision(16, 16)}, {})[0]
     assert norm16["n"] == 16
+    # the norm mapped to no layer: its output is the input of the layers reading it (q: a16)
+    mapped = {"/q/MatMul", "/r/MatMul", "/k/MatMul"}
+    assert qe.tensor_bits(graph, precision, {"x": 16}, mapped)[0]["n"] == 16
+    assert qe.tensor_bits(graph, precision, {"x": 16}, mapped - {"/q/MatMul"})[0] == {
+        "n": 8, "q": 8, "r": 8, "k": 8}  # a writer no layer maps to, read by none mapped
 
 
 def test_input_quantization_is_q_then_dq_over_the_calibrated_range() -> None:
-    quant = qe.InputQuant.of(8, -1.0, 1.0)
+    quant = qe.Quant.of(8, -1.0, 1.0)
     x = np.linspace(-1, 1, 11, dtype=np.float32)
     y = quant.apply(x)
     assert y.dtype == np.float32 and np.max(np.abs(y - x)) <= quant.scale / 2 + 1e-7
     assert quant.apply(np.zeros(3, np.float32)).tolist() == [0.0, 0.0, 0.0]  # zero is exact
-    mask = qe.InputQuant.of(8, -1.0e4, 0.0)
+    mask = qe.Quant.of(8, -1.0e4, 0.0)
     assert mask.apply(np.array([-1.0e4, 0.0], np.float32)).tolist() == [-1.0e4, 0.0]
-    assert np.max(np.abs(qe.InputQuant.of(16, -1.0, 1.0).apply(x) - x)) < 2e-5
+    assert np.max(np.abs(qe.Quant.of(16, -1.0, 1.0).apply(x) - x)) < 2e-5
 
 
 def test_fidelity_is_declared_between_optimize_and_compile() -> None:
@@ -414,27 +419,38 @@ def sensitive_export(chain: Chain) -> Path:
 
 def test_every_layer_group_has_its_cost_costliest_first(default: Run) -> None:
     sens = default.report()["sensitivity"]
-    groups = sens["groups"]
-    assert sens["rows"] == 4 and "activations float32" in sens["measures"]
-    assert sorted(g["group"] for g in groups) == ["layer 0", "layer 1", "lm_head"]
-    assert [g["cosine_loss"] for g in groups] == sorted((g["cosine_loss"] for g in groups),
-                                                        reverse=True)
-    for g in groups:
-        assert g["weights"] == "w4"  # the default recipe: a8_w4 projections
+    rows = sens["groups"]
+    assert sens["rows"] == 4 and "activations alone" in sens["measures"]
+    assert sorted((g["group"], g["kind"]) for g in rows) == [
+        (g, k) for g in ("layer 0", "layer 1", "lm_head") for k in ("activations", "weights")]
+    assert [g["cosine_loss"] for g in rows] == sorted((g["cosine_loss"] for g in rows),
+                                                      reverse=True)
+    for g in rows:
+        # the default recipe: a8_w4 projections, each writing its output at a8
+        assert g["bits"] == ("w4" if g["kind"] == "weights" else "a8")
         assert -1.0 <= g["logit_cosine"] <= 1.0 and 0.0 <= g["top1_agreement"] <= 1.0
-        assert g["nodes"] == (1 if g["group"] == "lm_head" else 7)
+        if g["kind"] == "weights":
+            assert g["tensors"] == (1 if g["group"] == "lm_head" else 7)
+    acts = {g["group"]: g["tensors"] for g in rows if g["kind"] == "activations"}
+    # the fake HN maps only the MatMuls with a weight: what a layer's seven projections write;
+    # the norms' outputs, the MLP's product and the attention's output they read (no layer
+    # holds those ops: they are taken as the reading MatMul's input); what the four RoPE and
+    # key/value-repeat MatMuls of its scope write, and the rotated key one of them reads
+    assert acts["layer 0"] == acts["layer 1"] == 7 + 4 + 4 + 1
+    # the attention's own MatMuls (no weight: no layer) read and write at a8 whatever a line
+    assert sens["activations_no_line_reaches"] > 0
 
 
 def test_a_layer_made_sensitive_is_found_and_the_proposal_fixes_it(chain: Chain,
                                                                      default: Run) -> None:
     name = f"layer {SENSITIVE_LAYER}"
-    plain = default.report()["sensitivity"]["groups"]
+    plain = [g for g in default.report()["sensitivity"]["groups"] if g["kind"] == "weights"]
     assert plain[0]["group"] != name  # not the costliest as trained
     export = sensitive_export(chain)
     base = chain.run("fidelity", {"proposal_target": 0.0}, inputs={"export": export})
     assert base.code == 0, base.stderr[-3000:]
-    costs = base.report()["sensitivity"]["groups"]
-    print(f"\nsensitivity as built: {plain}\nwith {name} made sensitive: {costs}")
+    costs = [g for g in base.report()["sensitivity"]["groups"] if g["kind"] == "weights"]
+    print(f"\nweight sensitivity as built: {plain}\nwith {name} made sensitive: {costs}")
     assert costs[0]["group"] == name, costs
     loss = {c["group"]: c["cosine_loss"] for c in plain}
     assert costs[0]["cosine_loss"] > 3 * loss[name]
@@ -442,20 +458,122 @@ def test_a_layer_made_sensitive_is_found_and_the_proposal_fixes_it(chain: Chain,
         g: v for g, v in loss.items() if g != name}
     assert base.report()["proposal"]["needed"] is False  # a target of 0 is met
 
-    worst = base.report()["summary"]["worst_teacher_forced"]
-    assert worst < 1.0, "the outlier should cost the emulated recipe some agreement"
-    run = chain.run("fidelity", {"proposal_target": 1.0}, inputs={"export": export})
-    assert run.code == 0, run.stderr[-3000:]
-    proposal = run.report()["proposal"]
-    assert proposal["needed"] and proposal["trials"], proposal
-    first = proposal["trials"][0]
-    assert first["groups"] == [f"layer {SENSITIVE_LAYER}"]
-    assert len(first["lines"]) == 1 and first["lines"][0].endswith("precision_mode=a8_w8)")
     before = base.report()["summary"]
-    print(f"before: {before}\nlayer {SENSITIVE_LAYER} at a8_w8: {first['summary']}")
+    run = weight_proposal(chain, export, before)
+    proposal = run.report()["proposal"]
+    print(f"before: {before}\nproposal: {json.dumps(proposal, indent=1)[:3000]}")
+    assert proposal["needed"] and proposal["all_a16_reaches"] and proposal["reached"]
+    first = proposal["trials"][1]  # after the all-a16 trial: the costliest row alone
+    assert first["promoted"] == [f"{name} weights"]
+    assert len(first["lines"]) == 1 and first["lines"][0].endswith("precision_mode=a8_w8)")
+    assert first["lines"][0].count("model/conv") == 7  # the layer's seven projections
     assert first["summary"]["mean_logit_cosine"] > before["mean_logit_cosine"]  # it helps
     assert "append to the recipe:" in run.stdout
     assert all(line in run.stdout for line in proposal["proposed"]["lines"])
+
+
+def weight_proposal(chain: Chain, export: Path, before: dict[str, Any]) -> Run:
+    """fidelity asked for a little more than the recipe gives on the weight-sensitive export
+    (the tiny model's teacher-forced figures move in steps of 1/16)."""
+    run = chain.run("fidelity", {"proposal_target": before["worst_teacher_forced"] + 1e-6},
+                    inputs={"export": export})
+    assert run.code == 0, run.stderr[-3000:]
+    return run
+
+
+# The lm_head's output (the logits) made sensitive to 8-bit activations: one token's logit far
+# below the rest stretches the per-tensor range, so the other logits share a few steps.
+LOGIT_STRETCH = 40.0
+
+
+def float_logits(chain: Chain, export: Path, contexts: list[list[int]]) -> Any:
+    import onnxruntime as ort
+
+    config = json.loads((export / "run_config.json").read_text())
+    with np.load(export / "hf_reference.npz") as ref:
+        feeder = Feeder(config, ref["embedding_table"])
+    session = ort.InferenceSession(str(export / "model.onnx"), providers=["CPUExecutionProvider"])
+    outputs = list(config["output_names"])
+    return np.stack([np.concatenate([o.ravel() for o in session.run(outputs, feeder.feeds(c))])
+                     for c in contexts])
+
+
+def activation_sensitive_export(chain: Chain) -> tuple[Path, int]:
+    """export's folder with the lm_head's weight column of one token t replaced by a multiple
+    of (t's column - s's column), for the pair whose logits l_s > l_t on every calibration row
+    and reference context by the widest margin: t's logit ends far below every other on
+    those, so no top-1 changes. Its column has its own weight scale (per output channel):
+    the weights are as easy as before."""
+    import shutil
+
+    dest = chain.root / "export-activation-sensitive"
+    config = json.loads((chain.dirs["export"] / "run_config.json").read_text())
+    action = Action(MODEL, "fidelity", "hailo10h", chain.params("fidelity", None), {},
+                    {"export": chain.dirs["export"]},
+                    {"calibration": REPO / DEFS["fidelity"].params["calibration"].default},
+                    chain.root / "unused")
+    reference = json.loads((chain.dirs["reference"] / "reference.json").read_text())
+    contexts = calibration_rows(action, config) + [
+        p["prompt_ids"] + p["token_ids"][:i] for p in reference["prompts"]
+        for i in range(len(p["token_ids"]))]
+    logits = float_logits(chain, chain.dirs["export"], contexts)
+    # token t and another, s, whose logit is above t's by the widest margin on every context
+    margins = (logits[:, :, None] - logits[:, None, :]).min(axis=0)  # [s, t]
+    np.fill_diagonal(margins, -np.inf)
+    above, token = (int(i) for i in np.unravel_index(np.argmax(margins), margins.shape))
+    margin, spread = float(margins[above, token]), float(np.ptp(logits, axis=1).max())
+    assert margin > 0.0
+    if not dest.exists():
+        shutil.copytree(chain.dirs["export"], dest)
+        model = onnx.load(str(dest / "model.onnx"))
+        nodes = {n.name: n for n in model.graph.node}
+        head = nodes[config["layer_names"]["lm_head"][0]]
+        init = next(i for i in model.graph.initializer if i.name == head.input[1])
+        w = onnx.numpy_helper.to_array(init).copy()
+        # t's logit becomes (l_t - l_s) times a factor: below -LOGIT_STRETCH x the spread
+        w[:, token] = (w[:, token] - w[:, above]) * (LOGIT_STRETCH * spread / margin)
+        init.CopyFrom(onnx.numpy_helper.from_array(w, init.name))
+        onnx.save(model, str(dest / "model.onnx"))
+    return dest, token
+
+
+def test_activations_made_sensitive_are_found_and_a16_is_proposed_for_them(
+        chain: Chain, default: Run) -> None:
+    export, _ = activation_sensitive_export(chain)
+    plain = {(g["group"], g["kind"]): g for g in default.report()["sensitivity"]["groups"]}
+    base = chain.run("fidelity", {"proposal_target": 0.0}, inputs={"export": export})
+    assert base.code == 0, base.stderr[-3000:]
+    costs = base.report()["sensitivity"]["groups"]
+    print(f"\nsensitivity as built: {list(plain.values())}\nlogits stretched: {costs}")
+    assert (costs[0]["group"], costs[0]["kind"]) == ("lm_head", "activations"), costs
+    assert costs[0]["cosine_loss"] > 3 * plain[("lm_head", "activations")]["cosine_loss"]
+    weights = next(c for c in costs if (c["group"], c["kind"]) == ("lm_head", "weights"))
+    assert weights["cosine_loss"] < costs[0]["cosine_loss"] / 3  # the weights are not it
+
+    target = default.report()["summary"]["worst_teacher_forced"]
+    assert base.report()["summary"]["worst_teacher_forced"] < target
+    run = chain.run("fidelity", {"proposal_target": target}, inputs={"export": export})
+    assert run.code == 0, run.stderr[-3000:]
+    proposal = run.report()["proposal"]
+    print(f"proposal: {json.dumps(proposal, indent=1)[:3000]}")
+    assert proposal["reached"] and proposal["proposed"]["promoted"] == ["lm_head activations"]
+    head_layer = re.fullmatch(r"quantization_param\(\[(model/conv\d+)\], "
+                              r"precision_mode=a16_w16\)", proposal["proposed"]["lines"][0])
+    assert head_layer and len(proposal["proposed"]["lines"]) == 1, proposal["proposed"]
+    pasted = pasted_run(chain, export, proposal["proposed"]["lines"], "pasted-a16")
+    assert pasted.report()["summary"] == proposal["proposed"]["summary"]
+    assert pasted.report()["precisions"]["by_kind"]["lm_head"] == {"a16_w16": 1}
+
+
+def pasted_run(chain: Chain, export: Path, lines: list[str], name: str) -> Run:
+    """optimize with `lines` appended to the recipe, then fidelity on its script."""
+    recipe = RECIPE.read_text().rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+    optimized = chain.optimize(recipe, name)
+    assert lines[0] in (optimized / "model_script.alls").read_text()
+    again = chain.run("fidelity", {"proposal_target": 0.0},
+                      inputs={"export": export, "optimize": optimized})
+    assert again.code == 0, again.stderr[-3000:]
+    return again
 
 
 def test_the_proposed_lines_pasted_into_the_recipe_give_the_proposals_figures(
@@ -463,32 +581,47 @@ def test_the_proposed_lines_pasted_into_the_recipe_give_the_proposals_figures(
     """What the proposal says of its lines is what optimize + fidelity say of the recipe
     with them pasted in: the lines parse back to the same precisions."""
     export = sensitive_export(chain)
-    run = chain.run("fidelity", {"proposal_target": 1.0}, inputs={"export": export})
-    trial = run.report()["proposal"]["trials"][0]
-    recipe = RECIPE.read_text().rstrip("\n") + "\n" + "\n".join(trial["lines"]) + "\n"
-    optimized = chain.optimize(recipe, "pasted")
-    assert trial["lines"][0] in (optimized / "model_script.alls").read_text()
-    again = chain.run("fidelity", {"proposal_target": 0.0},
-                      inputs={"export": export, "optimize": optimized})
-    assert again.code == 0, again.stderr[-3000:]
-    assert again.report()["summary"] == trial["summary"]
+    base = chain.run("fidelity", {"proposal_target": 0.0}, inputs={"export": export})
+    proposed = weight_proposal(chain, export, base.report()["summary"]).report()["proposal"][
+        "proposed"]
+    again = pasted_run(chain, export, proposed["lines"], "pasted")
+    assert again.report()["summary"] == proposed["summary"]
 
 
-def test_promotions_lines_and_trial_sizes() -> None:
-    from common.hailo_fidelity_proposal import lines_for, promoted, trial_sizes
-    from common.hailo_fidelity_sensitivity import Group
+def test_promotions_lines_and_the_search() -> None:
+    from common.hailo_fidelity_proposal import lines_for, promoted, search, targets
+    from common.hailo_fidelity_sensitivity import Reach
 
     assert promoted(hp.Precision(8, 4)) == hp.Precision(8, 8)  # 8 instead of 4
     assert promoted(hp.Precision(8, 8)) == hp.Precision(16, 16)  # keep at 16 bit
     assert promoted(hp.Precision(16, 16)) is None
-    mapping = {"model/conv12": ["a"], "model/conv3": ["b"], "model/conv9": ["c"]}
+    mapping = {"model/conv12": ["a"], "model/conv3": ["b"], "model/conv9": ["c"],
+               "model/norm1": ["n"]}
     precision = {"a": hp.Precision(8, 4), "b": hp.Precision(8, 4)}  # c: the a8_w8 default
-    lines = lines_for([Group("layer 0", ("a", "b", "c"))], precision, mapping)
+    reaches = {"layer 0": Reach(("model/conv3", "model/conv9", "model/conv12"),
+                                ("model/conv3", "model/conv9", "model/conv12", "model/norm1"),
+                                ("t",))}
+    weights = targets([{"group": "layer 0", "kind": "weights"}], reaches, precision, mapping)
+    lines = lines_for(weights)
     assert lines == ["quantization_param([model/conv9], precision_mode=a16_w16)",
                      "quantization_param([model/conv3, model/conv12], precision_mode=a8_w8)"]
     parsed = hp.parse("\n".join(lines))  # the lines read back as the script reader reads them
     assert [(ln.targets, ln.precision) for ln in parsed] == [
         (("model/conv9",), hp.Precision(16, 16)),
         (("model/conv3", "model/conv12"), hp.Precision(8, 8))]
-    assert trial_sizes(31, 3) == [1, 2, 4] and trial_sizes(3, 5) == [1, 2, 3]
-    assert trial_sizes(1, 3) == [1] and trial_sizes(0, 3) == []
+    both = targets([{"group": "layer 0", "kind": "weights"},
+                    {"group": "layer 0", "kind": "activations"}], reaches, precision, mapping)
+    assert lines_for(both) == ["quantization_param([model/conv3, model/conv9, model/conv12, "
+                               "model/norm1], precision_mode=a16_w16)"]
+
+    def tried(n: int, trials: int, smallest: int | None) -> list[int]:
+        """The search's prefix sizes when `smallest` rows reach (None: even all-a16 misses)."""
+        return search(n, trials, lambda k: smallest is not None and (k == 0 or k >= smallest))
+
+    assert tried(10, 4, None) == [0]  # all-a16 misses: nothing smaller can reach
+    assert tried(10, 4, 1) == [0, 1]
+    assert tried(10, 6, 3) == [0, 1, 2, 4, 3]  # doubling to a hit, then halving the gap
+    assert tried(10, 3, 7) == [0, 1, 2]  # out of trials: the all-a16 lines stand
+    assert tried(10, 9, 10) == [0, 1, 2, 4, 8, 10, 9]
+    assert tried(10, 9, 11) == [0, 1, 2, 4, 8, 10]  # only all-a16 reaches
+    assert tried(0, 3, 1) == [] and tried(5, 0, 1) == []

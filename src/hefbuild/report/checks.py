@@ -124,7 +124,7 @@ def _estimate_summary(r: dict[str, Any], _: Answerer) -> Summary:
         ("mean logit cosine", _fmt(s.get("mean_logit_cosine"), 4)),
         ("worst prefill cosine", _fmt(s.get("worst_prefill_cosine"), 4)),
         ("mean free-running agreement", _fmt(s.get("mean_free_running"))),
-        ("costliest weights (alone)", _costliest(r)),
+        ("costliest precisions (alone)", _costliest(r)),
         ("proposed recipe change", _proposal(r)),
     )
     return figures, None, (number(s.get("mean_free_running")), number(s.get("mean_teacher_forced")))
@@ -132,7 +132,8 @@ def _estimate_summary(r: dict[str, Any], _: Answerer) -> Summary:
 
 def _costliest(r: dict[str, Any]) -> str:
     groups = (r.get("sensitivity") or {}).get("groups") or []
-    return ", ".join(f"{g.get('group')} {g.get('weights')} (logit cosine "
+    return ", ".join(f"{g.get('group')} {g.get('kind', 'weights')} "
+                     f"{g.get('bits', g.get('weights'))} (logit cosine "
                      f"{_fmt(g.get('logit_cosine'), 4)})" for g in groups[:3]) or "–"
 
 
@@ -146,6 +147,10 @@ def _proposal(r: dict[str, Any]) -> str:
     best = proposal.get("proposed") or {}
     if not best.get("lines"):
         return "none found"
+    if proposal.get("all_a16_reaches") is False:
+        figure = _fmt((best.get("summary") or {}).get("worst_teacher_forced"))
+        return ("none reaches the target in emulation: even every layer at a16_w16 "
+                f"gives worst teacher-forced {figure}")
     reach = "reaches" if proposal.get("reached") else "does NOT reach"
     return f"{reach} the target in emulation: " + "; ".join(best["lines"])
 

@@ -179,7 +179,11 @@ def _emulation(engine: Engine, task: str) -> list[str]:
         lines += [f"  not modelled: {item}" for item in report.get("not_emulated") or []]
         proposal = report.get("proposal") or {}
         best = proposal.get("proposed") or {}
-        if proposal.get("needed") and best.get("lines"):
+        if proposal.get("needed") and proposal.get("all_a16_reaches") is False:
+            figure = (best.get("summary") or {}).get("worst_teacher_forced")
+            lines.append(f"  no recipe change reaches the target in emulation: even every "
+                         f"layer at a16_w16 gives worst teacher-forced {figure}")
+        elif proposal.get("needed") and best.get("lines"):
             reach = "reaches" if proposal.get("reached") else "does NOT reach"
             lines.append(f"  proposed recipe change ({reach} the target in emulation), to "
                          f"append to the model's recipe:")
