@@ -42,3 +42,19 @@ def ort_session(model_path: str, **options: object) -> onnxruntime.InferenceSess
     for name, value in options.items():
         setattr(so, name, value)
     return ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+
+
+def mapped_session_options() -> onnxruntime.SessionOptions:
+    """Options of a single-threaded session over weights mapped from a file (external data):
+    without prepacking, which keeps a repacked copy of every MatMul weight, it runs on the
+    mapped pages alone. (Constant folding, a second copy of a transposed weight, is turned
+    off by the caller with `disabled_optimizers`.)"""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    return so

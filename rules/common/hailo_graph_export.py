@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.determinism import mapped_session_options
 from common.hailo_graph import HailoDecoder, graph_tensors
 from common.hailo_graph_spec import GraphSpec, UnsupportedModel
 from common.hailo_inputs import INPUT_NAMES
@@ -135,12 +136,7 @@ def ort_logits(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
     import onnxruntime as ort
 
     view = load_lazily(path, path.parent)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.disable_prepacking", "1")
+    so = mapped_session_options()
     # A model given as bytes resolves its external data against this folder.
     so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                 str(path.parent))

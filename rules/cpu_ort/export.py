@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from common.action import check_outputs, fail, load_action, round_sig, write_json
 from common.checkpoint import load_checkpoint
-from common.determinism import pin_torch
+from common.determinism import mapped_session_options, pin_torch
 from common.digest import sha256_file
 from common.onnx_file import append_initializers, load_lazily, save_inline
 
@@ -188,13 +188,8 @@ def gate_session() -> Any:
     view_path = WORK / "view.onnx"
     onnx.save(load_lazily(EXPORT_PATH, WORK), str(view_path))
     onnx.checker.check_model(str(view_path))
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.disable_prepacking", "1")
-    return ort.InferenceSession(str(view_path), so, providers=["CPUExecutionProvider"],
+    return ort.InferenceSession(str(view_path), mapped_session_options(),
+                                providers=["CPUExecutionProvider"],
                                 disabled_optimizers=["ConstantFolding"])
 
 
