@@ -14,7 +14,7 @@ from fakes.toolchains import FAKE_DFC_TOOLCHAIN
 
 from hefbuild.cli.hooks import _stages_reached
 from hefbuild.cli.preflight import preflight
-from hefbuild.cli.session import project_at
+from hefbuild.cli.session import table_at
 from hefbuild.cli.tasks import _task_dicts, run_task
 
 HAILO = "tiny-hailo-llama"
@@ -33,7 +33,7 @@ def root(tmp_path: Path) -> str:
 
 def doit_tasks(root: str) -> dict:
     return {t.name: t for t in generate_tasks("task_hefbuild",
-                                              _task_dicts(project_at(root), None))}
+                                              _task_dicts(table_at(root), None))}
 
 
 def run(root: str, *selected: str) -> tuple[dict, object]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from samples import SYNTHETIC
 
-from hefbuild.cli.tasks import _extra_bases, task_names
+from hefbuild.cli.tablemake import keeps, make_table
+from hefbuild.cli.tasks import task_names
 from hefbuild.declare.targets import Keep
 from hefbuild.declare.variants import merge_stages, parse_variants, variant_name
 from hefbuild.errors import SpecError
@@ -97,13 +98,17 @@ def test_a_variant_plans_the_same_actions_but_its_overrides(load, other_calibrat
     assert quantize.file_params["calibration"] == "data/calibration/other.txt"
 
 
+def _table(project):
+    return make_table(project, project.models)
+
+
 def test_a_variant_gets_every_task_of_its_target_but_the_lock(load, other_calibration):
-    names = task_names(load(SWEEP))
+    names = task_names(_table(load(SWEEP)))
     assert {"fetch:m@w4", "export:m@w4", "quantize:m@w4", "compile:m@w4",
             "verify:m@w4"} <= names
     hub = ('[model]\ntarget = "cpu-ort"\n\n[source]\nhub = "org/name"\nrevision = "main"\n'
            '\n[variants.w4.stages.quantize]\nmethod = "weight_only_int4"\n')
-    names = task_names(load(hub))
+    names = task_names(_table(load(hub)))
     assert "lock:m" in names and "lock:m@w4" not in names  # one lock: the base's
     assert "fetch:m@w4" in names
 
@@ -138,8 +143,9 @@ def test_a_keep_task_of_a_variant_writes_its_own_file_or_none(load):
     fixed = Keep("pin", "compile", "model.onnx", "kept/fixed.onnx")
     base, w4 = (replace(m, pipeline=replace(m.pipeline, keep=(own, fixed)))
                 for m in (project.models["m"], project.models["m@w4"]))
-    assert _extra_bases(base) == ["keep", "pin"]
-    assert _extra_bases(w4) == ["keep"]  # kept/fixed.onnx is the base's: never overwritten
+    assert [k.name for k in keeps(base)] == ["keep", "pin"]
+    # kept/fixed.onnx is the base's: never overwritten
+    assert [k.name for k in keeps(w4)] == ["keep"]
 
 
 def test_a_base_model_without_variants_is_as_before(model):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from samples import SYNTHETIC
 
-from hefbuild.cli.tasks import _stage_task
+from hefbuild.cli.tablemake import stage_record
+from hefbuild.cli.tasks import task_dict
 from hefbuild.plan.actions import plan_model, plan_project
 
 HAILO = SYNTHETIC.replace("cpu-ort", "hailo10h")
@@ -30,9 +31,10 @@ def test_compile_waits_for_fidelity_without_reading_it(load, proj):
 
 def test_doit_orders_by_after_as_well_as_by_inputs(load, proj):
     project = hailo_project(load, proj)
-    task = _stage_task(project, plan_project(project)["compile:m"])
+    root, plan = str(proj), plan_project(project)
+    task = task_dict(root, stage_record(plan["compile:m"]))
     assert task["task_dep"] == ["export:m", "optimize:m", "fidelity:m"]
-    verify = _stage_task(project, plan_project(project)["verify:m"])
+    verify = task_dict(root, stage_record(plan["verify:m"]))
     assert verify["task_dep"] == ["export:m", "compile:m", "reference:m"]
 
 

@@ -14,11 +14,10 @@ from doit.dependency import FileChangedChecker
 from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
-from ..declare.checks import Checks, checks_of
-from ..declare.project import STATE_DIR
+from ..declare.checks import Checks
+from ..declare.layout import STATE_DIR
 from ..engine.verdicts import check_verdict
 from ..errors import HefbuildError
-from ..plan.actions import task_name
 from ..report.summary import events_since, outcome_counts, ran, summary_line
 from ..report.table import blocked_line, labelled, members, progress, rows, table_lines, task_line
 from ..store.events import EventLog, read_events, rotate
@@ -26,13 +25,13 @@ from ..store.projectlock import ProjectLock
 from . import gcpause
 from .preflight import preflight
 from .session import (
-    actions_at,
     close_engines,
     engine_for,
     fast_path_at,
-    planned_at,
     processes,
     project_at,
+    run_models,
+    table_at,
 )
 from .stagemark import STAGE
 
@@ -120,8 +119,8 @@ class HefbuildReporter(ConsoleReporter):
     def _checks(self) -> Checks:
         """The checks and artifact aliases of the project's targets (loaded once per run)."""
         if getattr(self, "_checks_of", None) is None:
-            models = planned_at(self.root).models.values()  # those of this run's tasks
-            self._checks_of = checks_of({m.target: m.pipeline for m in models}.values())
+            # those of this run's tasks
+            self._checks_of = table_at(self.root).checks(run_models(self.root))
         return self._checks_of
 
     def _events_path(self) -> Path:
@@ -169,8 +168,8 @@ class HefbuildReporter(ConsoleReporter):
         ran = getattr(self, "_ran", set())
         if not ran:
             return ""  # nothing ran before it (every stage of a no-op)
-        action = actions_at(self.root).get(task)
-        if action and any(task_name(up, action.model) in ran for up in action.upstream):
+        table = table_at(self.root)
+        if table.is_stage(task) and any(up in ran for up in table.upstream_of(task)):
             return "same bytes upstream"
         return ""
 
@@ -222,10 +221,10 @@ class HefbuildReporter(ConsoleReporter):
     def _flush_uploads(self) -> None:
         """Results an earlier run stored but never uploaded (killed, or the cache was down)
         go now; a run with nothing pending pays one folder listing."""
+        if not table_at(self.root).uploads:
+            return  # read from the declarations' table: a no-op loads no settings
         project = project_at(self.root)
         cache = project.settings.cache
-        if cache.remote is None or not cache.upload:
-            return
         from ..store.store import STORE_FORMAT  # only where uploads are on
         from ..store.upload_queue import UploadQueue
 
@@ -248,7 +247,7 @@ class HefbuildReporter(ConsoleReporter):
         groups = [g for g in checks.groups if g in selected]
         if not wanted and not groups:
             return
-        broken = project_at(self.root).broken if groups else {}
+        broken = table_at(self.root).broken if groups else {}
         table = rows(Path(self.root), wanted, self._succeeded, self._failed, self._blocked,
                      broken, groups, checks, fast_path_at(self.root).note)
         for line in table_lines(table, checks):

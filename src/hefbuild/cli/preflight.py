@@ -19,7 +19,7 @@ from typing import Any
 from ..engine.preflight import Blocked, blocked, may_run, refusal_text, toolchain_problem
 from ..execute.reach import tcp_problem
 from ..execute.toolchain import ToolchainResolver
-from .session import actions_at, fast_path_at, forced, project_at
+from .session import actions_at, fast_path_at, forced, project_at, table_at
 
 
 @dataclass(frozen=True)
@@ -32,19 +32,18 @@ def preflight(root: str, tasks: Mapping[str, Any], stages: set[str],
               argv: list[str]) -> Refused | None:
     """Check the toolchains of the stage tasks of this run (`stages`, doit's Task objects
     in `tasks`) that may run; rewire the blocked ones. None when nothing is missing."""
-    actions = actions_at(root)
     deps = {t: [u for u in tasks[t].task_dep if u in stages] for t in stages}
-    answer = fast_path_at(root).answer
+    answer, toolchain_of = fast_path_at(root).answer, table_at(root).toolchain_of
     always = {t for t in stages if forced(t, argv)}  # `doit -a` reruns these: not fresh
 
     def fresh(task: str) -> bool:
-        return task not in always and answer(task, actions[task].toolchain) is not None
+        return task not in always and answer(task, toolchain_of(task)) is not None
 
     may = may_run(deps, fresh)
     _known_uptodate(tasks, stages - may)
     if not may:
         return None  # a no-op: nothing to check
-    project = project_at(root)
+    project, actions = project_at(root), actions_at(root)
     resolver = ToolchainResolver(project.paths.state / "toolchains.json",
                                  project.paths.toolchains)
     # On a cluster the device node, not this machine, connects to a device host.

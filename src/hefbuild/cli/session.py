@@ -1,23 +1,58 @@
 """The project and engine of this doit process, loaded once and shared by the tasks, the
-file checker, the reporter and the extra commands (keyed by project root)."""
+file checker, the reporter and the extra commands (keyed by project root).
+
+A no-op never loads the declarations: the task table (cli/tasktable.py) answers what the
+tasks, the preflight and the reporter ask, and the project is loaded when something needs
+more (a stage to decide or run, an upload to send, a command of its own)."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..declare.project import Project
-from ..engine.fastpath import FastPath, fast_path_of
-from ..plan.actions import Action, plan_project
-from ..plan.projectcache import load_project_cached
+from ..declare.layout import STATE_DIR
+from ..engine.fastpath import FastPath
 from . import gcpause
+from .tasktable import TaskTable, read_table
+
+if TYPE_CHECKING:
+    from ..declare.project import Project
+    from ..plan.actions import Action
 
 
 @cache
 def project_at(root: str) -> Project:
+    from ..plan.projectcache import load_project_cached
+
     return load_project_cached(Path(root))
+
+
+_tables: dict[str, TaskTable] = {}  # root -> the table this invocation's tasks came from
+
+
+def use_table(root: str, table: TaskTable) -> None:
+    _tables[root] = table
+
+
+def table_at(root: str) -> TaskTable:
+    """The task table of this invocation (the one its tasks were made from), else the last
+    one while it holds, else one made from the declarations; a model it lacks is added
+    from the declarations when asked about (another process of a parallel run, a command
+    of its own)."""
+    if root in _tables:
+        return _tables[root]
+    table = read_table(root) or _made(root, [], None)
+    table.fill = lambda models: _made(root, models, table)
+    _tables[root] = table
+    return table
+
+
+def _made(root: str, models: list[str], table: TaskTable | None) -> TaskTable:
+    from .tablemake import make_table
+
+    return make_table(project_at(root), models, table)
 
 
 _only: dict[str, set[str]] = {}  # root -> the models this invocation needs, when known
@@ -29,10 +64,19 @@ def only_models(root: str, models: set[str] | None) -> None:
         _only[root] = models
 
 
+def run_models(root: str) -> list[str]:
+    """The models of this invocation's tasks, in the declarations' order."""
+    table = table_at(root)
+    only = _only.get(root)
+    return table.models if only is None else [m for m in table.models if m in only]
+
+
 @cache
 def planned_at(root: str) -> Project:
     """The project with only the models this invocation needs (all when not known): only
     theirs are read from the project cache (`plan/lazymodels.py`)."""
+    from dataclasses import replace
+
     project = project_at(root)
     if root in _only:
         models = project.models
@@ -43,13 +87,17 @@ def planned_at(root: str) -> Project:
 @cache
 def actions_at(root: str) -> dict[str, Action]:
     """The plan, made once per process for the task loader and the engine alike."""
+    from ..plan.actions import plan_project
+
     return plan_project(planned_at(root))
 
 
 @cache
 def fast_path_at(root: str) -> FastPath:
-    """The last verdicts, answered without the engine (whose import a no-op never pays)."""
-    return fast_path_of(project_at(root))
+    """The last verdicts, answered without the engine (whose import a no-op never pays)
+    or the declarations; stamps as `fast_path_of` computes them from the declarations."""
+    return FastPath(Path(root) / STATE_DIR / "fastpath.bin", Path(root),
+                    table_at(root).toolchain_stamp)
 
 
 @cache

@@ -14,18 +14,23 @@ from typing import Any
 
 from doit.exceptions import TaskFailed
 
-from ..declare.project import STATE_DIR, Project
-from ..declare.specs import ModelSpec
-from ..declare.targets import Keep
-from ..declare.variants import VARIANT_SEP
+from ..declare.layout import STATE_DIR, VARIANT_SEP
 from ..errors import HefbuildError
-from ..plan.actions import Action, artifact_task, task_name
 from . import gcpause
 from .depfile import SlimCodec
 from .hooks import DigestChecker, HefbuildReporter
 from .selection import left_out, models_named, unknown_task
-from .session import actions_at, engine_for, fast_path_at, forced, only_models, project_at
+from .session import (
+    actions_at,
+    engine_for,
+    fast_path_at,
+    forced,
+    only_models,
+    project_at,
+    use_table,
+)
 from .stagemark import STAGE
+from .tasktable import Record, TaskTable, read_table
 from .uptodate import UptodateCheck
 
 _interrupted: list[str] = []  # the task Ctrl-C stopped; later ones (doit -c) do not start
@@ -64,7 +69,7 @@ def keep_output(root: str, model: str, name: str, stage: str, output: str,
     src = Path(root) / "build" / model / stage / output
     rel = dest.format(model=model)
     target = Path(root) / rel
-    failed = fetch_output(root, task_name(stage, model), output)
+    failed = fetch_output(root, f"{stage}:{model}", output)
     if failed is not None:
         return failed
     if not src.is_file():
@@ -144,22 +149,21 @@ def project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dic
 
 
 def _project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[dict]]]:
-    try:
-        project = project_at(str(root.absolute()))
-    except HefbuildError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
-    (project.paths.state).mkdir(exist_ok=True)
-    selected = models_named(sys.argv[1:], set(project.models) | set(project.broken),
-                            set(project.toolchains))
-    _say_declaration_problems(project, selected)
-    selected = _without_manual(project, selected)
+    root_s = str(root.absolute())
+    table = _table(root_s, None)
+    selected = models_named(sys.argv[1:], set(table.models) | set(table.broken),
+                            set(table.toolchains))
+    table = _table(root_s, table, table.models if selected is None else
+                   [m for m in table.models if m in selected])
+    _say_declaration_problems(table, selected)
+    selected = _without_manual(table, selected)
     # With `selected`, every task word already names a task of one of those models.
-    typo = unknown_task(sys.argv[1:], task_names(project, selected))
+    typo = unknown_task(sys.argv[1:], task_names(table, selected))
     if typo is not None:
         print(f"ERROR: {typo}", file=sys.stderr)
         raise SystemExit(3)
-    only_models(str(project.paths.root), selected)
+    only_models(root_s, selected)
+    use_table(root_s, table)
     config = {
         # A failed model must not stop the others (doit -c): each group ends with a table.
         "continue": True,
@@ -169,15 +173,15 @@ def _project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[di
         "dep_file": f"{STATE_DIR}/doit.json",
         "backend": "json",
         "codec_cls": SlimCodec,  # without the stages' results, which nothing reads back
-        "check_file_uptodate": DigestChecker.bound_to(str(project.paths.root)),
-        "reporter": HefbuildReporter.bound_to(str(project.paths.root)),
+        "check_file_uptodate": DigestChecker.bound_to(root_s),
+        "reporter": HefbuildReporter.bound_to(root_s),
         # Named tasks run without the defaults: with `selected`, no other model is read.
-        "default_tasks": [] if selected is not None else _default_tasks(project),
+        "default_tasks": [] if selected is not None else _default_tasks(table),
     }
 
     def task_hefbuild() -> Iterator[dict]:
         try:
-            yield from _task_dicts(project, selected)
+            yield from _task_dicts(table, selected)
         finally:  # doit made a Task of each dict as it came: all of them are made
             gcpause.resume()
 
@@ -185,66 +189,73 @@ def _project_tasks(root: Path) -> tuple[dict[str, Any], Callable[[], Iterator[di
     return config, task_hefbuild
 
 
-def _default_tasks(project: Project) -> list[str]:
-    return [task_name(m.pipeline.check, m.name) for m in project.models.values()
-            if m.pipeline.default_checks and m.pipeline.check and not m.manual]
+def _table(root: str, table: TaskTable | None, models: list[str] = ()) -> TaskTable:
+    """The task table with the groups of `models`: the last one while nothing it was made
+    from changed, else made from the declarations (their errors end the run here)."""
+    table = table or read_table(root)
+    if table is not None and table.covers(models):
+        return table
+    from .tablemake import make_table
+
+    try:
+        project = project_at(root)
+    except HefbuildError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    project.paths.state.mkdir(exist_ok=True)
+    table = make_table(project, models, table)
+    table.save()
+    return table
 
 
-def task_names(project: Project, only: set[str] | None = None) -> set[str]:
+def _default_tasks(table: TaskTable) -> list[str]:
+    groups = (table.group(m) for m in table.models)
+    return [g["default"] for g in groups if g["default"] and not g["manual"]]
+
+
+def task_names(table: TaskTable, only: set[str] | None = None) -> set[str]:
     """Every task and group name the project's declarations make (no plan needed); with
     `only`, those of these models (and every image task)."""
-    names: set[str] = set()
-    models = project.models.values() if only is None else \
-        [project.models[m] for m in sorted(only) if m in project.models]
-    for model in models:
-        bases = [s.name for s in model.pipeline.stages] + _extra_bases(model)
-        if (model.source.hub or model.source.path) and not model.variant_of:
-            bases.append("lock")
-        names |= set(bases) | {f"{b}:{model.name}" for b in bases}
-    images = {f"image:{tc.name}" for tc in project.toolchains.values()
-              if tc.kind == "docker" and "context" in tc.image}
+    models = table.models if only is None else [m for m in sorted(only) if m in table.models]
+    names = {n for rec in table.records(models) for n in (rec[1], f"{rec[1]}:{rec[2]}")}
+    images = {f"image:{rec[2]}" for rec in table.images}
     return names | images | ({"image"} if images else set())
 
 
-def _say_declaration_problems(project: Project, selected: set[str] | None) -> None:
+def _say_declaration_problems(table: TaskTable, selected: set[str] | None) -> None:
     """A bad model file named on the command line stops the run with its one line (nothing
     is built or stored); any other one is one warning line, and its tasks are left out. Then
     a warning line per parameter a model of the run sets that no rule reads."""
-    named = sorted(m for m in project.broken if selected is not None and m in selected
+    named = sorted(m for m in table.broken if selected is not None and m in selected
                    or m in _variants_named(sys.argv[1:]))
     if named:
-        print(f"ERROR: {project.broken[named[0]]}", file=sys.stderr)
+        print(f"ERROR: {table.broken[named[0]]}", file=sys.stderr)
         raise SystemExit(3)
-    for error in project.broken.values():
+    for error in table.broken.values():
         print(f"WARNING: {error} (its tasks are left out)", file=sys.stderr)
-    # Every model's at once when the run has them all (the project cache decodes them in
-    # one go: one by one first, each would be decoded twice).
-    models = project.models.values() if selected is None else \
-        [project.models[m] for m in project.models if m in selected]
-    for model in models:
-        # a variant's are its base model's
-        for line in getattr(model, "unread", ()):
+    for model in _of_run(table, selected):
+        for line in table.group(model)["unread"]:
             print(f"WARNING: {line}", file=sys.stderr)
 
 
-def _without_manual(project: Project, selected: set[str] | None) -> set[str] | None:
+def _of_run(table: TaskTable, selected: set[str] | None) -> list[str]:
+    """The models of a run, in the declarations' order."""
+    return table.models if selected is None else [m for m in table.models if m in selected]
+
+
+def _without_manual(table: TaskTable, selected: set[str] | None) -> set[str] | None:
     """A run of groups or defaults leaves out the manual models (said once, with why);
     naming one of their tasks runs it. Named tasks alone create only their models anyway."""
     if selected is not None:
         return selected
-    out = left_out(sys.argv[1:], {n for n, m in project.models.items() if m.manual})
+    out = left_out(sys.argv[1:], {m for m in table.models if table.group(m)["manual"]})
     if not out:
         return selected
-    names = sorted(n for n in out if not project.models[n].variant_of)
+    names = sorted(n for n in out if not table.group(n)["variant_of"])
     print(f"hefbuild: left out of this run, as their [model] manual says: {', '.join(names)} "
-          f"(name a task to build one, e.g. `doit {_example(project, names[0])}`)",
+          f"(name a task to build one, e.g. `doit {table.group(names[0])['example']}`)",
           file=sys.stderr)
-    return set(project.models) - out
-
-
-def _example(project: Project, model: str) -> str:
-    spec = project.models[model]
-    return task_name(spec.pipeline.check or spec.pipeline.stages[-1].name, model)
+    return set(table.models) - out
 
 
 def _variants_named(argv: list[str]) -> set[str]:
@@ -269,46 +280,17 @@ def check_image_current(root: str, name: str) -> bool:
     return image_is_current(project_at(root), name)
 
 
-def _image_tasks(project: Project) -> Iterator[dict]:
-    root = str(project.paths.root)
-    for tc in project.toolchains.values():
-        if tc.kind == "docker" and "context" in tc.image:
-            yield {"basename": "image", "name": tc.name,
-                   "actions": [(build_toolchain_image, [root, tc.name])],
-                   "uptodate": [(check_image_current, [root, tc.name])],
-                   "doc": f"build the image of toolchain {tc.name} from {tc.image['context']} "
-                          f"and pin its ID in toolchain/{tc.name}.lock.json"}
-
-
-def _extra_bases(model: ModelSpec) -> list[str]:
-    """The target's alias and keep tasks, beside its stages."""
-    art = model.pipeline.artifact
-    return ([art.alias] if art and art.alias else []) + [k.name for k in _keeps(model)]
-
-
-def _keeps(model: ModelSpec) -> list[Keep]:
-    """A variant keeps an output only where the file is its own (`{model}` in the dest names
-    `<model>@<variant>`): it must never overwrite the base model's file."""
-    return [k for k in model.pipeline.keep if not model.variant_of or "{model}" in k.dest]
-
-
-def group_docs(project: Project, selected: set[str] | None = None) -> dict[str, str]:
-    """What `doit list` says of each group: the first target (by name) that says it (of
-    the `selected` models' targets: no other model's are read)."""
+def group_docs(table: TaskTable, models: list[str]) -> dict[str, str]:
+    """What `doit list` says of each group: the first target (by name) of these models'
+    that says it."""
     docs: dict[str, str] = {}
-    seen: set[int] = set()  # models of one target share its pipeline: each is read once
-    models = [project.models[n] for n in (project.models if selected is None else selected)
-              if n in project.models]
-    for model in sorted(models, key=lambda m: m.target):
-        spec = model.pipeline
-        if id(spec) in seen:
+    seen: set[str] = set()  # models of one target share its docs: each is read once
+    for model in sorted(models, key=lambda m: table.group(m)["target"]):
+        group = table.group(model)
+        if group["target"] in seen:
             continue
-        seen.add(id(spec))
-        pairs = [(s.name, s.group_doc) for s in spec.stages]
-        if spec.artifact and spec.artifact.alias:
-            pairs.append((spec.artifact.alias, spec.artifact.group_doc))
-        pairs += [(k.name, k.group_doc) for k in spec.keep]
-        for name, doc in pairs:
+        seen.add(group["target"])
+        for name, doc in group["docs"]:
             if doc:
                 docs.setdefault(name, doc)
     return {**docs, **GROUP_DOCS}
@@ -328,70 +310,43 @@ def _group_heads(basenames: set[str], docs: dict[str, str]) -> Iterator[dict]:
                "doc": docs.get(base, f"the {base} stage of every model")}
 
 
-def _task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
-    tasks = list(_model_task_dicts(project, selected))
-    yield from _group_heads({t["basename"] for t in tasks}, group_docs(project, selected))
-    yield from tasks
+def _task_dicts(table: TaskTable, selected: set[str] | None) -> Iterator[dict]:
+    root, models = table.root, _of_run(table, selected)
+    records = [*table.images, *table.records(models)]
+    yield from _group_heads({r[1] for r in records}, group_docs(table, models))
+    for record in records:
+        yield task_dict(root, record)
 
 
-def _model_task_dicts(project: Project, selected: set[str] | None) -> Iterator[dict]:
-    root = str(project.paths.root)
-    yield from _image_tasks(project)
-    by_model: dict[str, list[Action]] = {}
-    for action in actions_at(root).values():
-        by_model.setdefault(action.model, []).append(action)
-    for name in project.models if selected is None else [m for m in project.models
-                                                          if m in selected]:
-        model = project.models[name]
-        for action in by_model.get(model.name, []):
-            yield _stage_task(project, action)
-        yield from _target_task_dicts(root, model)
-        if model.variant_of:
-            continue  # its source and lock are the base model's: `lock:<base>`
-        if model.source.hub:
-            yield {"basename": "lock", "name": model.name,
-                   "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
-                   "doc": f"pin {model.source.hub}@{model.source.revision} to a commit "
-                          f"and file digests (needs hub access or the revision cached)"}
-        elif model.source.path:
-            yield {"basename": "lock", "name": model.name,
-                   "actions": [(lock_hub_model, [root, model.name])], "uptodate": [False],
-                   "doc": f"record the sha256 of every checkpoint file in "
-                          f"{model.source.path}"}
+def task_dict(root: str, record: Record) -> dict:
+    """The doit task of a record of the task table."""
+    kind, basename, name, args, deps, doc = record
+    if kind == "stage":
+        return _stage_dict(root, basename, name, args[0], deps, doc)
+    task = {"basename": basename, "name": name, "doc": doc,
+            "actions": [(_ACTIONS[kind], [root, *args])]}
+    if deps:
+        task["task_dep"] = list(deps)
+    if kind == "image":
+        task["uptodate"] = [(check_image_current, [root, *args])]
+    elif kind != "alias":  # an alias always brings its file (a no-op reads one manifest)
+        task["uptodate"] = [False]
+    return task
 
 
-def _target_task_dicts(root: str, model: ModelSpec) -> Iterator[dict]:
-    """The target's alias of its artifact (`<alias>:<model>`) and its keep tasks."""
-    art, producer = model.pipeline.artifact, artifact_task(model)
-    if art and art.alias and producer:
-        where = f"build/{model.name}/{art.stage}/{art.file}"
-        yield {"basename": art.alias, "name": model.name,
-               "actions": [(fetch_output, [root, producer, art.file])], "task_dep": [producer],
-               "doc": f"the {art.alias} of {model.name} ({where})"}
-    for keep in _keeps(model):
-        dest = keep.dest.format(model=model.name)
-        yield {"basename": keep.name, "name": model.name,
-               "actions": [(keep_output, [root, model.name, keep.name, keep.stage,
-                                          keep.output, keep.dest])],
-               "task_dep": [task_name(keep.stage, model.name)], "uptodate": [False],
-               "doc": f"keep {keep.stage}'s {keep.output} of {model.name} in the project "
-                      f"({dest})"}
-
-
-def _stage_task(project: Project, action: Action) -> dict:
-    """No file_dep: the rule's code and file parameters are in the key, which the uptodate
-    check compares (and doit would stat and look up each file a second time)."""
-    root = str(project.paths.root)
+def _stage_dict(root: str, stage: str, model: str, task: str, deps: tuple, doc: str) -> dict:
     return {
-        "basename": action.stage,
-        "name": action.model,
-        "actions": [(run_task, [root, action.task])],
-        "uptodate": [UptodateCheck(root, action.task)],
-        "task_dep": [task_name(up, action.model) for up in (*action.upstream, *action.after)],
-        "clean": [(clean_stage, [root, action.task])],
-        "doc": f"{action.stage} {action.model} ({action.target}, toolchain {action.toolchain})",
+        "basename": stage,
+        "name": model,
+        "actions": [(run_task, [root, task])],
+        "uptodate": [UptodateCheck(root, task)],
+        "task_dep": list(deps),
+        "clean": [(clean_stage, [root, task])],
+        "doc": doc,
         "meta": _STAGE_META,
     }
 
 
 _STAGE_META = {"hefbuild": STAGE}  # what the reporter knows a stage task by (one dict for all)
+_ACTIONS = {"image": build_toolchain_image, "alias": fetch_output, "keep": keep_output,
+            "lock": lock_hub_model}

@@ -12,8 +12,7 @@ import inspect
 import sys
 from typing import Any
 
-from ..plan.actions import task_name
-from .session import actions_at, engine_for, fast_path_at
+from .session import engine_for, fast_path_at, table_at
 
 
 def check_uptodate(root: str, task: str) -> bool:
@@ -25,16 +24,14 @@ def check_uptodate(root: str, task: str) -> bool:
             return False
         if not _inspecting(sys.argv[1:]):
             return True  # in a run, doit asks only after the upstream tasks are done
-        action = actions_at(root)[task]
-        return all(check_uptodate(root, task_name(up, action.model)) for up in action.upstream)
+        return all(check_uptodate(root, up) for up in table_at(root).upstream_of(task))
     except KeyboardInterrupt:
         print(f"hefbuild: interrupted (Ctrl-C) while checking {task}", file=sys.stderr)
         raise SystemExit(130) from None
 
 
 def _own_uptodate(root: str, task: str) -> bool:
-    action = actions_at(root)[task]
-    if fast_path_at(root).answer(task, action.toolchain) is not None:
+    if fast_path_at(root).answer(task, table_at(root).toolchain_of(task)) is not None:
         return True
     return engine_for(root).is_uptodate(task)
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from .targets import TargetSpec, load_targets
+if TYPE_CHECKING:
+    from .targets import TargetSpec
 
 
 @dataclass(frozen=True)
@@ -36,22 +38,41 @@ class Checks:
         return self.reports.get(stage, "report.json")
 
 
+# What a target says of its check and artifact, as plain values (the no-op's task table
+# keeps them): (check stage, its test double, its report file, artifact alias, artifact
+# "<stage>/<file>"), "" where the target says nothing.
+CheckFacts = tuple[str, str, str, str, str]
+
+
+def check_facts(spec: TargetSpec) -> CheckFacts:
+    report = next((s.report.file for s in spec.stages if s.name == spec.check and s.report), "")
+    art = spec.artifact
+    alias = art.alias if art and art.alias else ""
+    return (spec.check or "", spec.test_double or "", report, alias,
+            f"{art.stage}/{art.file}" if alias else "")
+
+
 def checks_of(targets: Iterable[TargetSpec]) -> Checks:
+    return checks_from(check_facts(t) for t in targets)
+
+
+def checks_from(facts: Iterable[CheckFacts | list]) -> Checks:
     stages: dict[str, str] = {}
     artifacts: dict[str, str] = {}
     reports: dict[str, str] = {}
-    for spec in targets:
-        if spec.check and not stages.get(spec.check):
-            stages[spec.check] = spec.test_double
-        for sdef in spec.stages:
-            if sdef.name == spec.check and sdef.report and spec.check not in reports:
-                reports[spec.check] = sdef.report.file
-        if spec.artifact and spec.artifact.alias:
-            artifacts[spec.artifact.alias] = f"{spec.artifact.stage}/{spec.artifact.file}"
+    for check, double, report, alias, artifact in facts:
+        if check and not stages.get(check):
+            stages[check] = double
+        if check and report and check not in reports:
+            reports[check] = report
+        if alias:
+            artifacts[alias] = artifact
     return Checks(stages, artifacts, reports)
 
 
 @lru_cache(maxsize=1)
 def builtin_checks() -> Checks:
     """The checks of hefbuild's own targets: for callers that hand in no project's."""
+    from .targets import load_targets
+
     return checks_of(load_targets(None).values())

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError
-
-SETTINGS_FILE = "hefbuild.toml"  # the settings file (settings.py reads the rest of it)
+from .layout import SETTINGS_FILE
 
 
 @dataclass(frozen=True)

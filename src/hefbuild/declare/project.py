@@ -9,12 +9,11 @@ from pathlib import Path
 
 from ..errors import SpecError
 from .declfile import COMMIT_RE, SHA256_RE
+from .layout import STATE_DIR
 from .settings import Settings, load_settings
 from .specs import ModelSpec, load_model
 from .targets import load_targets
 from .toolchains import ToolchainSpec, load_toolchain
-
-STATE_DIR = ".hefbuild"
 
 
 def default_store_root() -> Path:
@@ -62,6 +61,7 @@ class Project:
     toolchains: dict[str, ToolchainSpec]
     settings: Settings = Settings()
     stamp: str = ""  # of the declarations, when loaded through the project cache
+    named: tuple[str, ...] = ()  # and the project files they name, which the stamp covers
     # Model files that failed to load -> their one-line error: they block only their own
     # tasks, never another model's.
     broken: dict[str, str] = field(default_factory=dict)

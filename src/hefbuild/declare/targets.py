@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import SpecError
 from .declfile import _only_keys, _table, names, one_of, read_toml, string, table_list
+from .layout import BUILTIN_TARGETS, TARGETS_DIR
 from .param_groups import group_tables
 from .param_schema import parse_params
 from .params import ParamDef
@@ -36,10 +37,6 @@ from .params import ParamType as T
 from .phases import PhaseTable, parse_watch
 from .resources import KEY as RESOURCES
 from .resources import parse_resources
-
-TARGETS_DIR = "targets"
-# hefbuild's own declarations: in the source tree next to src/, like the project's folders.
-BUILTIN_TARGETS = Path(__file__).resolve().parents[3] / TARGETS_DIR
 
 # Keys every [stages.<stage>] table of a model accepts besides the stage's own parameters:
 # where it runs and under which limits. `timeout` and `memory` never enter a key (they

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError
+from .layout import VARIANT_SEP
 from .names import key_part, variant_name_problem
 
-VARIANT_SEP = "@"
 # What a variant inherits and may not change: one checkpoint, one target per model file
 # (the lock, the fetch and everything the target derives from it stay the base's).
 _BASE_ONLY = ("model", "source")

@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..declare.toolchains import ToolchainSpec
 from ..errors import HefbuildError
 from ..execute.reach import tcp_problem
 
 if TYPE_CHECKING:
+    from ..declare.toolchains import ToolchainSpec
     from ..execute.toolchain import ToolchainResolver
 
 Deps = Mapping[str, Iterable[str]]  # stage task -> the stage tasks it waits for

@@ -22,10 +22,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..declare.toolchains import ToolchainSpec
 from ..errors import HefbuildError, StageError, ToolchainMismatch
 
 if TYPE_CHECKING:
+    from ..declare.toolchains import ToolchainSpec
     from . import venvs
     from .base import Watch
 
@@ -53,9 +53,47 @@ print(json.dumps(sorted({p for p in sys.path if p.endswith("-packages")})))
 def interpreter_path(spec: ToolchainSpec) -> str:
     """The python that runs a stage's rule here. A device toolchain's `interpreter` is the
     python on the device host; its rule itself runs in doit's own environment."""
-    if spec.interpreter == "current" or spec.kind in ("ssh", "local"):
-        return sys.executable
-    return spec.interpreter
+    return _interpreter(spec.kind, spec.interpreter)
+
+
+def _interpreter(kind: str, interpreter: str) -> str:
+    return sys.executable if interpreter == "current" or kind in ("ssh", "local") \
+        else interpreter
+
+
+# What a toolchain's stamp is computed from, as plain values: (kind, interpreter, package
+# names, venv python, venv requirements file relative to the project). The no-op's task
+# table keeps these, so that it computes the stamp without loading a declaration.
+StampRecipe = tuple[str, str, tuple[str, ...], str, str]
+
+
+def stamp_recipe(spec: ToolchainSpec) -> StampRecipe:
+    venv = spec.venv or {}
+    return (spec.kind, spec.interpreter, tuple(sorted(spec.packages)),
+            venv.get("python", ""), venv.get("requirements", ""))
+
+
+def toolchain_stamp(recipe: StampRecipe | list, project_root: Path) -> str:
+    """What a host toolchain's identity hangs on (interpreter and site-packages stat), a
+    venv's (its lock file's and its base interpreter's stat); other kinds are pinned by
+    their declarations."""
+    kind, interpreter, packages, venv_python, requirements = recipe
+    if kind == "venv":
+        return _venv_stamp(venv_python, project_root / requirements)
+    return _stamp(_interpreter(kind, interpreter), packages) if kind == "host" else kind
+
+
+def _venv_stamp(python: str, requirements: Path) -> str:
+    """A changed lock is a new identity."""
+    found = shutil.which(python) or python
+    parts = ["venv"]
+    for path in (str(requirements), os.path.realpath(found)):
+        try:
+            st = os.stat(path)
+            parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+        except OSError:
+            parts.append(f"{path}:-")
+    return "|".join(parts)
 
 
 class ToolchainResolver:
@@ -88,8 +126,7 @@ class ToolchainResolver:
     # -- venv toolchains (execute/venvs.py) ----------------------------------------------
 
     def venv_spec(self, spec: ToolchainSpec) -> venvs.VenvSpec:
-        root = self._toolchain_dir.parent if self._toolchain_dir else Path.cwd()
-        return venv_spec_of(spec, root)
+        return venv_spec_of(spec, self._project_root())
 
     def _venv_base(self, spec: ToolchainSpec) -> dict[str, str]:
         key = f"venv-base:{spec.venv['python']}"
@@ -115,24 +152,10 @@ class ToolchainResolver:
         return {"kind": "docker", "image_id": lock["image_id"], "interpreter": spec.interpreter}
 
     def stamp(self, spec: ToolchainSpec) -> str:
-        """What a host toolchain's identity hangs on (interpreter and site-packages stat);
-        other kinds are pinned by their declarations."""
-        if spec.kind == "venv":
-            return self._venv_stamp(spec)
-        return _stamp(interpreter_path(spec), spec.packages) if spec.kind == "host" \
-            else spec.kind
+        return toolchain_stamp(stamp_recipe(spec), self._project_root())
 
-    def _venv_stamp(self, spec: ToolchainSpec) -> str:
-        """The lock file's and the base interpreter's stat: a changed lock is a new identity."""
-        found = shutil.which(spec.venv["python"]) or spec.venv["python"]
-        parts = [spec.kind]
-        for path in (str(self.venv_spec(spec).requirements), os.path.realpath(found)):
-            try:
-                st = os.stat(path)
-                parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
-            except OSError:
-                parts.append(f"{path}:-")
-        return "|".join(parts)
+    def _project_root(self) -> Path:
+        return self._toolchain_dir.parent if self._toolchain_dir else Path.cwd()
 
     def check(self, spec: ToolchainSpec) -> None:
         """Refuse to run a stage in an environment that lacks a pinned package version."""

@@ -16,50 +16,19 @@ unpickled when first asked for, or all of them at once (`lazymodels`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 from dataclasses import replace
 from pathlib import Path
 
 from ..declare.project import Project, load_project
-from ..declare.targets import BUILTIN_TARGETS, TARGETS_DIR
 from .actions import plan_model
 from .lazymodels import LazyModels, pickled
+from .stamp import declarations_stamp
 
 FORMAT = 10  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
 # 7: a model says why it is manual; 8: and which of its parameters nothing reads; 9: each
 # model pickled on its own; 10: and all of them together
-# Relative to the package: every module that decides what loading yields.
-_LOADER_CODE = ("declare/specs.py", "declare/toolchains.py", "declare/params.py",
-                "declare/param_schema.py", "declare/targets.py", "declare/declfile.py",
-                "declare/project.py", "declare/variants.py", "declare/names.py",
-                "declare/mistakes.py",
-                "declare/resources.py", "declare/phases.py", "declare/settings.py",
-                "declare/bounds.py", "plan/actions.py", "plan/projectcache.py",
-                "plan/lazymodels.py")
-
-
-def declarations_stamp(root: Path, named: tuple[str, ...]) -> str:
-    """What the loaded declarations depend on, as one short string."""
-    h = hashlib.blake2b(digest_size=16)
-    folders = [("models", root / "models"), ("toolchain", root / "toolchain"),
-               ("targets", root / TARGETS_DIR), ("builtin targets", BUILTIN_TARGETS)]
-    for label, folder in folders:
-        h.update(f"\0[{label}]".encode())
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            entries = []
-        for entry in entries:
-            if entry.name.endswith((".toml", ".json")):
-                h.update(f"\0{entry.name}\0{_sig(entry.path)}".encode())
-    code = Path(__file__).parents[1]
-    for name in _LOADER_CODE:
-        h.update(f"\0{name}\0{_sig(str(code / name))}".encode())
-    for rel in named:
-        h.update(f"\0{rel}\0{os.path.isfile(root / rel)}".encode())
-    return h.hexdigest()
 
 
 def load_project_cached(root: Path, store: Path | None = None) -> Project:
@@ -73,13 +42,13 @@ def load_project_cached(root: Path, store: Path | None = None) -> Project:
             models = LazyModels(every, shared, blobs,
                                 lambda: load_project(root, store, strict=False).models)
             project = load_project(root, store, declarations=(models, toolchains, broken))
-            return replace(project, stamp=stamp_now)
+            return replace(project, stamp=stamp_now, named=named)
     project = load_project(root, store, strict=False)
     named = named_files(project)
     stamp = declarations_stamp(root, named)
     _write(cache, (FORMAT, stamp, pickled(project.models), project.toolchains, project.broken,
                    named))
-    return replace(project, stamp=stamp)
+    return replace(project, stamp=stamp, named=named)
 
 
 def named_files(project: Project) -> tuple[str, ...]:
@@ -97,14 +66,6 @@ def named_files(project: Project) -> tuple[str, ...]:
 def stamp_of(project: Project) -> str:
     """The stamp the fast path folds into every task's fingerprint."""
     return project.stamp or declarations_stamp(project.paths.root, named_files(project))
-
-
-def _sig(path: str) -> str:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return "-"
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
 
 
 def _read(cache: Path) -> tuple | None:

@@ -1,0 +1,57 @@
+"""What loaded declarations depend on, as one short string, computed without loading them
+(the project cache and the no-op's task table are both valid while it holds)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..declare.layout import BUILTIN_TARGETS, TARGETS_DIR
+
+# Relative to the package: every module that decides what loading yields.
+LOADER_CODE = ("declare/specs.py", "declare/toolchains.py", "declare/params.py",
+               "declare/param_schema.py", "declare/targets.py", "declare/declfile.py",
+               "declare/project.py", "declare/variants.py", "declare/names.py",
+               "declare/mistakes.py", "declare/layout.py",
+               "declare/resources.py", "declare/phases.py", "declare/settings.py",
+               "declare/bounds.py", "plan/actions.py", "plan/projectcache.py",
+               "plan/lazymodels.py", "plan/stamp.py")
+PACKAGE = Path(__file__).parents[1]
+
+
+def declarations_stamp(root: Path, named: Iterable[str]) -> str:
+    """The stat signature of every file in `models/`, `toolchain/` and `targets/` (the
+    project's and hefbuild's own; TOML and lock files), the existence of every file a
+    declaration names (loading checks they exist), and hefbuild's own loader code."""
+    h = hashlib.blake2b(digest_size=16)
+    folders = [("models", root / "models"), ("toolchain", root / "toolchain"),
+               ("targets", root / TARGETS_DIR), ("builtin targets", BUILTIN_TARGETS)]
+    for label, folder in folders:
+        h.update(f"\0[{label}]".encode())
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.name.endswith((".toml", ".json")):
+                h.update(f"\0{entry.name}\0{file_sig(entry.path)}".encode())
+    h.update(code_stamp(LOADER_CODE).encode())
+    for rel in named:
+        h.update(f"\0{rel}\0{os.path.isfile(root / rel)}".encode())
+    return h.hexdigest()
+
+
+def code_stamp(modules: Iterable[str]) -> str:
+    """The stat signatures of hefbuild's own modules (paths relative to the package)."""
+    return "".join(f"\0{name}\0{file_sig(str(PACKAGE / name))}" for name in modules)
+
+
+def file_sig(path: str) -> str:
+    """size, mtime, ctime and inode; "-" for no file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "-"
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
