@@ -22,6 +22,7 @@ from hefbuild.engine.engine import Engine
 from hefbuild.engine.fastpath import FastPath, Verdict
 from hefbuild.plan.projectcache import load_project_cached
 from hefbuild.store.events import EventLog, Outcome, rotate
+from hefbuild.store.groupfile import read_groups, write_groups
 
 from .helpers import MODEL, TASKS, edit, make_tiny_project, model_toml, run_all
 
@@ -136,14 +137,32 @@ def test_a_damaged_entry_loses_its_own_verdict_only(tmp_path):
     for task in ("a:m", "b:m"):
         fast.record(task, Verdict(fast.fingerprint("s", paths), "k", paths))
     fast.save()
-    doc = marshal.loads((tmp_path / "fastpath.bin").read_bytes())
-    paths, tasks = marshal.loads(doc["models"]["m"])
+    meta, groups = read_groups(tmp_path / "fastpath.bin")
+    paths, tasks = marshal.loads(groups["m"])
     tasks["a:m"] = 7
-    doc["models"]["m"] = marshal.dumps((paths, tasks))
-    (tmp_path / "fastpath.bin").write_bytes(marshal.dumps(doc))
+    write_groups(tmp_path / "fastpath.bin", meta, {"m": marshal.dumps((paths, tasks))})
     again = FastPath(tmp_path / "fastpath.bin", tmp_path)
     assert again.still_uptodate("a:m", "s") is None
     assert again.still_uptodate("b:m", "s") == "k"
+
+
+def test_a_damaged_file_is_no_verdict_and_no_error(tmp_path):
+    (tmp_path / "out.txt").write_text("1")
+    fast = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = fast.indexes(["out.txt"])
+    for model in ("m1", "m2"):
+        fast.record(f"a:{model}", Verdict(fast.fingerprint("s", paths), "k", paths))
+    fast.save()
+    whole = (tmp_path / "fastpath.bin").read_bytes()
+    for damaged in (whole[:-3], whole[:9], b"", b"HGF1\xff\xff\xff\x7f", b"junk" * 9):
+        (tmp_path / "fastpath.bin").write_bytes(damaged)
+        again = FastPath(tmp_path / "fastpath.bin", tmp_path)
+        assert again.still_uptodate("a:m2", "s") is None
+        mine = again.indexes(["out.txt"])  # indexes are an invocation's own
+        again.record("a:m2", Verdict(again.fingerprint("s", mine), "k2", mine))
+        again.save()  # what was readable stays, the rest is made again
+        assert FastPath(tmp_path / "fastpath.bin", tmp_path).still_uptodate("a:m2", "s") == "k2"
+    assert FastPath(tmp_path / "fastpath.bin", tmp_path).still_uptodate("a:m1", "s") is None
 
 
 def test_a_model_no_task_asked_about_keeps_its_verdicts_through_a_save(tmp_path):

@@ -20,8 +20,9 @@ A model's group (its task records, each stage's toolchain and upstream, what its
 is decoded when first needed: a no-op of one model of 1000 decodes one. A run that made only
 some models' tasks adds their groups to a table whose stamp still holds.
 
-On disk: marshal of {"format", "stamp", "named", "settings", "project": {...},
-"models": {model: marshal of its group}}, replaced atomically.
+On disk: a group file (store/groupfile.py) whose meta is {"format", "stamp", "named",
+"settings_files", "settings", "code", "project": {...}} and whose groups are the marshal of
+each model's; replaced atomically.
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from ..declare.checks import Checks, checks_from
 from ..declare.layout import SETTINGS_FILE, STATE_DIR
 from ..plan.stamp import code_stamp, declarations_stamp, file_sig
+from ..store.groupfile import read_groups, write_groups
 
-FORMAT = 1
+FORMAT = 2  # 2: a group file
 FILE = "tasks.bin"
 _CODE = ("cli/tasktable.py", "cli/tablemake.py", "cli/tasks.py", "declare/checks.py",
          "execute/toolchain.py")
@@ -46,6 +49,9 @@ _SECRET = ("HEFBUILD_REMOTE_TOKEN", "HEFBUILD_REMOTE_USER", "HEFBUILD_REMOTE_PAS
 # Read by settings and the store's location besides HEFBUILD_*.
 _ENV = ("HOME", "NETRC", "XDG_CACHE_HOME")
 
+_PROJECT_KEYS = {"models", "broken", "recipes", "images", "uploads"}
+_GROUP_KEYS = {"records", "toolchains", "upstream", "target", "checks", "docs", "manual",
+               "variant_of", "example", "default", "unread"}
 # One doit task: (kind, basename, name, arguments after the root, task_dep, doc).
 Record = tuple[str, str, str, tuple, tuple, str]
 
@@ -54,7 +60,7 @@ class TaskTable:
     """The project's part (models, broken ones, toolchains, image tasks, whether uploads are
     on) and each model's group, as made from the declarations."""
 
-    def __init__(self, root: str, head: dict[str, Any], groups: dict[str, Any]) -> None:
+    def __init__(self, root: str, head: dict[str, Any], groups: MutableMapping[str, Any]) -> None:
         self.root = root
         self.head = head
         self._groups = groups  # model -> its group, as bytes until first needed
@@ -102,14 +108,31 @@ class TaskTable:
     # -- the models' groups -------------------------------------------------------------
 
     def covers(self, models: Iterable[str]) -> bool:
-        return all(m in self._groups for m in models)
+        """Whether the table has every one of these models' groups, whole."""
+        return all(self._decoded(m) is not None for m in models)
 
     def group(self, model: str) -> dict[str, Any]:
-        if model not in self._groups and self.fill is not None:
+        group = self._decoded(model)
+        if group is None and self.fill is not None:
             self.fill([model])
-        group = self._groups[model]
+            group = self._decoded(model)
+        if group is None:
+            raise KeyError(f"{model}: not in the task table")
+        return group
+
+    def _decoded(self, model: str) -> dict[str, Any] | None:
+        """The model's group, decoded once; None (and forgotten) if absent or damaged."""
+        group = self._groups.get(model)
         if isinstance(group, bytes):
-            group = self._groups[model] = marshal.loads(group)
+            try:
+                group = marshal.loads(group)
+            except (ValueError, EOFError, TypeError):
+                group = None
+            if isinstance(group, dict) and group.keys() >= _GROUP_KEYS:
+                self._groups[model] = group
+            else:
+                del self._groups[model]
+                group = None
         return group
 
     def add_group(self, model: str, group: dict[str, Any]) -> None:
@@ -149,16 +172,13 @@ class TaskTable:
     def save(self) -> None:
         if not self._dirty:
             return
-        groups = {m: g if isinstance(g, bytes) else marshal.dumps(g)
-                  for m, g in self._groups.items()}
-        path = Path(self.root) / STATE_DIR / FILE
-        tmp = path.with_name(f".{FILE}.{os.getpid()}")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(marshal.dumps({**self.head, "models": groups}))
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a cache: the next run loads the declarations
+        groups = {}
+        for model in list(self._groups):
+            group = self._groups.get(model)  # None: damaged as read
+            if group is not None:
+                groups[model] = group if isinstance(group, bytes) else marshal.dumps(group)
+        with suppress(OSError):  # a cache: the next run loads the declarations
+            write_groups(Path(self.root) / STATE_DIR / FILE, self.head, groups)
         self._dirty = False
 
 
@@ -176,18 +196,20 @@ def new_table(root: str, stamp: str, named: Iterable[str], settings_files: Itera
 
 def read_table(root: str) -> TaskTable | None:
     """The table of the project at `root` if everything it was made from is unchanged."""
+    found = read_groups(Path(root) / STATE_DIR / FILE)
+    if found is None:
+        return None
+    head, groups = found
     try:
-        doc = marshal.loads((Path(root) / STATE_DIR / FILE).read_bytes())
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        if not isinstance(head, dict) or head.get("format") != FORMAT or \
+                not head["project"].keys() >= _PROJECT_KEYS or \
+                head["code"] != code_stamp(_CODE) or \
+                head["settings"] != settings_stamp(Path(root), head["settings_files"]) or \
+                head["stamp"] != declarations_stamp(Path(root), head["named"]):
             return None
-        groups = doc.pop("models")
-        if doc["code"] != code_stamp(_CODE) or \
-                doc["settings"] != settings_stamp(Path(root), doc["settings_files"]) or \
-                doc["stamp"] != declarations_stamp(Path(root), doc["named"]):
-            return None
-        return TaskTable(root, doc, dict(groups))
-    except (OSError, ValueError, EOFError, KeyError, TypeError):
-        return None  # absent or damaged: a cache, made again
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # damaged: a cache, made again
+    return TaskTable(root, head, groups)
 
 
 def settings_stamp(root: Path, files: Iterable[str], env: dict[str, str] | None = None) -> str:

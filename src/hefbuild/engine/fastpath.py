@@ -15,13 +15,13 @@ sends the task down the full path (which is what `doit explain` always takes).
 Each file is stat-ed once per invocation (one Engine is one invocation, as doit reads its
 task definitions once); a stage dir the engine replaces is forgotten and looked at anew.
 
-On disk: `.hefbuild/fastpath.bin`, Python's `marshal` of {"format": 4, "models": {model:
-group}}, each group the marshal of ([relative paths...], {task: (fingerprint, key, (indexes
-into those paths...), note)}) for that model's tasks (task names end in `:<model>`),
-replaced atomically. A model's group is decoded when one of its tasks is first asked
-about: a no-op of one model of 1000 reads the file and decodes one group of 1000, and a
-group no task of the invocation touched is written back as it was read. (marshal: 5000
-tasks in a few milliseconds, where JSON took tens.)
+On disk: `.hefbuild/fastpath.bin`, a group file (store/groupfile.py) of one group per
+model (task names end in `:<model>`) with meta {"format": 5}; each group the marshal of
+([relative paths...], {task: (fingerprint, key, (indexes into those paths...), note)}).
+A model's group is read and decoded when one of its tasks is first asked about: a no-op of
+one model of 1000 maps the file and reads one group, and a group no task of the invocation
+touched is written back as it was read. (marshal: 5000 tasks in a few milliseconds, where
+JSON took tens.)
 """
 
 from __future__ import annotations
@@ -30,15 +30,18 @@ import hashlib
 import marshal
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..store.groupfile import read_groups, write_groups
+
 if TYPE_CHECKING:
     from ..declare.project import Project
 
-FORMAT = 4
+FORMAT = 5  # 5: a group file
 _SIG = struct.Struct("<qqqQ")  # size, mtime_ns, ctime_ns, inode
 
 
@@ -60,7 +63,7 @@ class FastPath:
         self._stamps: dict[str, str] = {}
         self._paths: list[str] = []
         self._index: dict[str, int] | None = None  # made when a path is first looked up
-        self._groups: dict[str, bytes] = {}  # model -> its verdicts as read, not yet decoded
+        self._groups: MutableMapping[str, bytes] = {}  # model -> its verdicts, not yet decoded
         self._sigs: dict[int, bytes] = {}  # path index -> its stat signature, this invocation
         # A verdict as read (a tuple) until it is asked for: a no-op of one model of 1000
         # reads the file but needs five of them.
@@ -179,18 +182,13 @@ class FastPath:
         by_model: dict[str, list[str]] = {}
         for task in sorted(self._verdicts):
             by_model.setdefault(_model_of(task), []).append(task)
-        groups = dict(self._groups)  # untouched: as they were read
+        # untouched: as they were read (a damaged one is left out)
+        groups = {m: g for m in self._groups if (g := self._groups.get(m)) is not None}
         for model, tasks in by_model.items():
             groups[model] = self._encoded([(t, v) for t in tasks
                                            if (v := self.verdict(t)) is not None])
-        doc = {"format": FORMAT, "models": groups}
-        tmp = self._file.with_name(f".{self._file.name}.{os.getpid()}")
-        try:
-            self._file.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(marshal.dumps(doc))
-            os.replace(tmp, self._file)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a cache: the next run takes the full path
+        with suppress(OSError):  # a cache: the next run takes the full path
+            write_groups(self._file, {"format": FORMAT}, groups)
         self._dirty = False
 
     def _load(self) -> dict[str, Verdict | tuple]:
@@ -249,15 +247,9 @@ def _model_of(task: str) -> str:
     return task.partition(":")[2]
 
 
-def _read(file: Path) -> dict[str, bytes]:
-    """model -> its group, each decoded and checked when first asked for (`_decoded`)."""
-    try:
-        doc = marshal.loads(file.read_bytes())
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            return {}
-        groups = doc["models"]
-        if not isinstance(groups, dict):
-            return {}
-        return {m: g for m, g in groups.items() if isinstance(m, str) and isinstance(g, bytes)}
-    except (OSError, ValueError, EOFError, KeyError, TypeError):
+def _read(file: Path) -> MutableMapping[str, bytes]:
+    """model -> its group, each read, decoded and checked when first asked for (`_decoded`)."""
+    found = read_groups(file)
+    if found is None or not isinstance(found[0], dict) or found[0].get("format") != FORMAT:
         return {}
+    return found[1]
