@@ -204,7 +204,8 @@ def _table(root: str, table: TaskTable | None, models: list[str] = ()) -> TaskTa
         raise SystemExit(exc.exit_code) from None
     project.paths.state.mkdir(exist_ok=True)
     table = make_table(project, models, table)
-    table.save()
+    if models:  # the first call, for the names of the models, has no group to keep yet
+        table.save()
     return table
 
 
