@@ -307,3 +307,22 @@ def test_the_event_log_rotates(tmp_path):
     path.write_text("z" * 10)
     rotate(path, max_bytes=50)
     assert path.read_text() == "z" * 10
+
+
+def test_a_verdict_moves_to_another_process_by_path_names(tmp_path):
+    """A `doit -n N` worker's verdict reaches the main process, whose path indexes differ."""
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(name)
+    worker = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = worker.indexes(["b.txt", "a.txt"])
+    worker.record("t:m", Verdict(worker.fingerprint("s", paths), "k", paths, "note"))
+    main = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    main.indexes(["a.txt"])  # its own table, in another order
+    main.adopt("t:m", worker.portable("t:m"))
+    assert main.still_uptodate("t:m", "s") == "k" and main.note("t:m") == "note"
+    for bad in (None, 7, ("f", "k"), ("f", "k", [3], ""), ("f", None, ["a.txt"], "")):
+        main.adopt("u:m", bad)
+        assert main.verdict("u:m") is None
+    (tmp_path / "a.txt").write_text("changed")
+    main.forget_all()
+    assert main.still_uptodate("t:m", "s") is None

@@ -145,6 +145,7 @@ class HefbuildReporter(ConsoleReporter):
 
     def add_success(self, task: Any) -> None:
         super().add_success(task)
+        self._stage_ended(task)
         self._succeeded.add(task.name)
         values = getattr(task, "values", None) or {}
         if values.get("outcome") == "uptodate":
@@ -156,6 +157,20 @@ class HefbuildReporter(ConsoleReporter):
         elif values.get("lock"):
             self.write(_lock_line(task.name, values) + "\n")
         self._verdict(task)
+
+    def _stage_ended(self, task: Any) -> None:
+        """A stage that ran may have replaced its folder in another process (`doit -n N`
+        runs stages in worker processes): what this process stat-ed of it is forgotten, so
+        the check of a stage after it looks at the new files, not at what the folder held
+        before; and the verdict the worker kept is kept here, where it is saved."""
+        if not _is_stage(task):
+            return
+        fast = fast_path_at(self.root)
+        stage, _, model = task.name.partition(":")
+        fast.forget(f"build/{model}/{stage}")
+        verdict = (getattr(task, "values", None) or {}).get("verdict")
+        if verdict is not None:
+            fast.adopt(task.name, verdict)
 
     def _count(self) -> str:
         """The next stage line's `[3/12] `, in a run that shows more than one stage."""
@@ -190,6 +205,7 @@ class HefbuildReporter(ConsoleReporter):
             self._blocked.add(task.name)  # said once, at the end (`_blocked_line`)
             return
         self._failed[task.name] = getattr(fail, "message", "") or str(fail)
+        self._stage_ended(task)
         if task.name in getattr(self, "_refused_roots", ()):
             # Its reason is in the run's one ERROR, said up front: here only its own line.
             why = self._failed[task.name].removeprefix(f"{task.name}: ")

@@ -44,13 +44,26 @@ def run_task(root: str, task: str, refused: str = "") -> dict[str, Any] | TaskFa
     if _interrupted:
         return TaskFailed(f"{task}: not started, the run was interrupted at {_interrupted[0]}")
     try:
-        return engine_for(root).run(task, force=forced(task, sys.argv[1:]))
+        engine, worker = engine_for(root), _in_worker()
+        if worker:  # other workers wrote stages since this one last looked at any file
+            engine.fast.forget_all()
+        values = engine.run(task, force=forced(task, sys.argv[1:]))
+        if worker:  # the verdict goes with the result to the process that saves it
+            values = {**values, "verdict": engine.fast.portable(task)}
+        return values
     except HefbuildError as exc:
         return TaskFailed(str(exc))
     except KeyboardInterrupt:
         _interrupted.append(task)
         return TaskFailed(f"{task}: interrupted (Ctrl-C); the stage was stopped and nothing "
                           f"of it was recorded")
+
+
+def _in_worker() -> bool:
+    """In a worker process of `doit -n N` (doit's default `-P process`)."""
+    import multiprocessing
+
+    return multiprocessing.parent_process() is not None
 
 
 def lock_hub_model(root: str, model: str) -> dict[str, Any] | TaskFailed:

@@ -123,6 +123,11 @@ class FastPath:
             del self._sigs[i]
         self._answers.clear()  # any answer may have read one of them
 
+    def forget_all(self) -> None:
+        """Other processes may have replaced any file: every file is looked at anew."""
+        self._sigs.clear()
+        self._answers.clear()
+
     def paths(self, verdict: Verdict) -> list[str]:
         return [self._paths[i] for i in verdict.paths]
 
@@ -170,6 +175,25 @@ class FastPath:
             self._decoded(task)[task] = verdict
             self._answers.clear()
             self._dirty = True
+
+    def portable(self, task: str) -> tuple[str, str, list[str], str] | None:
+        """The task's verdict with its paths by name, for another process to `adopt` (the
+        path indexes are this invocation's own)."""
+        verdict = self.verdict(task)
+        if verdict is None:
+            return None
+        return verdict.fingerprint, verdict.key, self.paths(verdict), verdict.note
+
+    def adopt(self, task: str, portable: object) -> None:
+        """A verdict another process kept (`portable`): a worker of `doit -n N` decides and
+        runs its stages, and only this process saves. Anything malformed is left out."""
+        try:
+            fingerprint, key, paths, note = portable  # type: ignore[misc]
+            if not all(isinstance(x, str) for x in (fingerprint, key, note, *paths)):
+                return
+        except (TypeError, ValueError):
+            return
+        self.record(task, Verdict(fingerprint, key, self.indexes(paths), note))
 
     def drop(self, task: str) -> None:
         if self._decoded(task).pop(task, None) is not None:
