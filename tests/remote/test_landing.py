@@ -1,9 +1,10 @@
 """Blobs fetched as a batch (`BlobStore.download_all`, as a cache hit fetches its blobs): a
 small one is received whole, then hashed and written beside the receive of the next
 (remote/landing.py), a large one streams to disk. Against a real HTTP server on 127.0.0.1
-(fakes/hostile_cache.py) and a shared folder: a wrong blob in a batch is refused while the
-good ones are stored; a blob longer or shorter than declared, streamed without end, or
-trickled is refused; nothing of a refused blob is left in the store."""
+(fakes/hostile_cache.py) and a shared folder: a blob of wrong bytes, or longer or shorter
+than declared, or streamed without end, is refused while the good ones of its batch are
+stored; a trickle is cut off at its deadline; nothing of a refused blob is left in the
+store."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_a_blob_longer_than_declared_is_refused(server, store, transfers, how) -
     server.misbehave(f"cas/{long}", how)
     blobs = blob_store(server.url, transfers)
     with pytest.raises(WrongSize):
-        blobs.download_all([*refs, (long, len(data))], store)
+        blobs.download_all([(long, len(data)), *refs], store)
     assert stored(store, refs)
     assert not store.object_path(long).exists() and long in blobs.bad
     assert left_in(store) == []
@@ -106,9 +107,11 @@ def test_a_blob_longer_than_declared_is_refused(server, store, transfers, how) -
 @pytest.mark.parametrize("transfers", [1, 4])
 def test_a_blob_shorter_than_declared_is_refused(server, store, transfers) -> None:
     short = served(server.data, b"short")
+    refs = goods(server.data)
     blobs = blob_store(server.url, transfers)
     with pytest.raises(WrongSize):
-        blobs.download_all([(short, 6), *goods(server.data)], store)
+        blobs.download_all([(short, 6), *refs], store)
+    assert stored(store, refs)
     assert not store.object_path(short).exists() and left_in(store) == []
 
 
@@ -139,7 +142,7 @@ def test_a_blob_over_the_small_size_streams_to_disk_verified(server, store, monk
     refs = goods(server.data)
     wrong = served(server.data, b"x" * 4000, hashlib.sha256(b"y").hexdigest())
     with pytest.raises(WrongBytes):
-        blob_store(server.url, transfers).download_all([*refs, (wrong, 4000)], store)
+        blob_store(server.url, transfers).download_all([(wrong, 4000), *refs], store)
     assert stored(store, refs)
     assert not store.object_path(wrong).exists() and left_in(store) == []
 

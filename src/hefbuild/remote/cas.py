@@ -140,9 +140,10 @@ class BlobStore:
 
     def download_all(self, refs: list[tuple[str, int]], store: Store) -> list[int | None]:
         """Each blob (sha256, size), verified, into the local store, `transfers` on the wire
-        at once; their sizes in order (None: the cache lacks it). Small blobs are hashed and
-        written on local threads while the next ones arrive (landing.py); when one of them
-        is wrong, the others still land, then its WrongBytes or WrongSize is raised."""
+        at once; their sizes in order (None: the cache lacks it). A small blob is received
+        whole, then hashed and written (landing.py). A blob of wrong bytes or size does not
+        stop the others: they land, then its WrongBytes or WrongSize is raised; a failing
+        cache (RemoteError) ends the batch once the blobs in flight have landed."""
         # Several connections keep the cores busy landing their own blobs; one at a time
         # leaves a core idle, which the pool fills.
         threads = LOCAL_THREADS if self.transfers == 1 else 0
@@ -152,6 +153,13 @@ class BlobStore:
                         self.transfers)
 
     def _receive(self, digest: str, size: int, store: Store, landing: Landing) -> int | None:
+        try:
+            return self._received(digest, size, store, landing)
+        except BadBlob as exc:  # that blob's fault, not the cache's: the others go on
+            landing.refuse(exc)
+            return None
+
+    def _received(self, digest: str, size: int, store: Store, landing: Landing) -> int | None:
         if not 0 <= size <= SMALL:
             return self.download(digest, store, size)
         data = landing.buffer(size)

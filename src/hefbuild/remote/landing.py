@@ -78,6 +78,14 @@ class Landing:
         with self._lock:
             self._landings.append(landing)
 
+    def refuse(self, exc: Exception) -> None:
+        """A blob refused before it could land: its error is raised at the end, like a
+        landing's."""
+        refused: Future[None] = Future()
+        refused.set_exception(exc)
+        with self._lock:
+            self._landings.append(refused)
+
     def _landed(self, digest: str, data: memoryview) -> None:
         try:
             self._land(digest, data)
