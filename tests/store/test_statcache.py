@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hefbuild.digest import Digest
 from hefbuild.store.statcache import StatCache
 
 DATA = b"calibration text\n" * 100
@@ -199,3 +200,20 @@ def test_an_unwritable_table_still_answers(db, data):
     finally:
         os.chmod(db.parent, 0o755)
         os.chmod(db, 0o644)
+
+
+def test_rows_of_a_deferred_batch_reach_the_table_in_one_go_at_its_end(db, tmp_path):
+    files = []
+    for i in range(5):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(DATA + bytes([i]))
+        files.append((path, Digest(hashlib.sha256(DATA + bytes([i])).hexdigest())))
+    stats, reader = StatCache(db), StatCache(db)
+    stats.remember(*files[0])  # creates the table
+    with stats.deferred():
+        for path, digest in files:
+            stats.remember(path, digest)
+        assert reader.rows() == 1  # not in the table yet...
+        assert all(stats.digest(path) == digest for path, digest in files)  # ...but known
+    assert reader.rows() == len(files)
+    assert stats.bytes_hashed == 0

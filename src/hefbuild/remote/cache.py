@@ -42,6 +42,7 @@ from ..store.outputs import fits_declared
 from ..store.store import Record, Store
 from ..store.upload_queue import UploadQueue
 from .cas import BadBlob, BlobStore, WrongBytes, retry
+from .fanout import each
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Undecodable
 from .reapi import (
     SIGNATURE_TYPE,
@@ -119,8 +120,7 @@ class RemoteCache:
             self._all_present(wanted, task)
             if lazy:
                 return Fetched(record, 0, time.monotonic() - start, blobs[record.log], True)
-            got = sum(self._each(self._download, [(d, size, store, task)
-                                                  for d, size in sorted(wanted.items())]))
+            got = self._download(sorted(wanted.items()), store, task)
         except _Miss as miss:
             if miss.warning:
                 self._warn(f"remote cache {self.shown}: {miss.warning}")
@@ -210,16 +210,16 @@ class RemoteCache:
                 raise _Miss(f"blob sha256:{digest} of {task} is declared as {size} bytes, the "
                             f"cache has {there}; not trusted, {task} is built locally")
 
-    def _download(self, digest: str, size: int, store: Store, task: str) -> int:
+    def _download(self, refs: list[tuple[str, int]], store: Store, task: str) -> int:
         try:
-            got = self._blobs.download(digest, store, size)
+            sizes = self._blobs.download_all(refs, store)
         except WrongBytes as exc:
-            raise _Miss(_wrong_bytes(digest, exc.actual, task)) from None
+            raise _Miss(_wrong_bytes(exc.expected, exc.actual, task)) from None
         except BadBlob as exc:
             raise _Miss(f"{exc}; not trusted, {task} is built locally") from None
-        if got is None:
+        if None in sizes:
             raise _Miss()
-        return got
+        return sum(size or 0 for size in sizes)
 
     def _small(self, path: str, limit: int) -> bytes | None:
         def once() -> bytes | None:  # a retry starts from an empty buffer
@@ -323,22 +323,8 @@ class RemoteCache:
         return {d for (d, _), has in zip(items, there, strict=True) if not has}
 
     def _each(self, call: Callable[..., T], calls: list[tuple[Any, ...]]) -> list[T]:
-        """`call(*args)` for each, up to `transfers` at once, results in order. The first
-        error is raised once the calls in flight have ended (none still writes after it);
-        those not started are dropped."""
-        workers = min(self.settings.transfers, len(calls))
-        if workers <= 1:
-            return [call(*args) for args in calls]
-        from concurrent.futures import ThreadPoolExecutor  # only when blobs move
-
-        with ThreadPoolExecutor(workers, thread_name_prefix="hefbuild-transfer") as pool:
-            futures = [pool.submit(call, *args) for args in calls]
-            try:
-                return [f.result() for f in futures]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+        """`call(*args)` for each, up to `transfers` at once, results in order (fanout.py)."""
+        return each(call, calls, self.settings.transfers)
 
     # -- failures --------------------------------------------------------------------
 

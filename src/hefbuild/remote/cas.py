@@ -17,12 +17,15 @@ import hashlib
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 from ..declare.settings import CacheSettings
 from ..store.store import Store
+from .fanout import each
+from .landing import LOCAL_THREADS, SMALL, Landing
 from .problems import Oversized, RemoteError, SinkError, Undecodable
 from .transport import Transport, batched, transport_for
 
@@ -58,6 +61,7 @@ class MissingBlob(LookupError):
 class BlobStore:
     def __init__(self, settings: CacheSettings, transport: Transport | None = None) -> None:
         self.shown = settings.shown
+        self.transfers = settings.transfers
         self._t = transport or transport_for(settings)
         self.sent = 0
         self.received = 0
@@ -111,14 +115,8 @@ class BlobStore:
                 hasher.update(chunk)
                 out.write(chunk)
 
-            try:
+            with self._refusing(digest):
                 got = self._t.get(f"cas/{digest}", sink, size)
-            except Oversized as exc:
-                self.bad.add(digest)
-                raise WrongSize(digest, exc.limit, "more") from exc
-            except Undecodable as exc:
-                self.bad.add(digest)
-                raise BadBlob(digest, f"blob {digest[:12]}… {exc.detail}") from exc
             out.close()
             if got is None:
                 return None
@@ -128,10 +126,94 @@ class BlobStore:
             self.received += got
         return got
 
-    def _check(self, digest: str, size: int | None, got: int, actual: str) -> None:
-        if size is not None and got != size:
+    @contextmanager
+    def _refusing(self, digest: str) -> Iterator[None]:
+        """A transfer that the cache's answer for `digest` broke off: the blob is bad."""
+        try:
+            yield
+        except Oversized as exc:
+            self.bad.add(digest)
+            raise WrongSize(digest, exc.limit, "more") from exc
+        except Undecodable as exc:
+            self.bad.add(digest)
+            raise BadBlob(digest, f"blob {digest[:12]}… {exc.detail}") from exc
+
+    def download_all(self, refs: list[tuple[str, int]], store: Store) -> list[int | None]:
+        """Each blob (sha256, size), verified, into the local store, `transfers` on the wire
+        at once; their sizes in order (None: the cache lacks it). A small blob is received
+        whole, then hashed and written (landing.py). A blob of wrong bytes or size does not
+        stop the others: they land, then its WrongBytes or WrongSize is raised; a failing
+        cache (RemoteError) ends the batch once the blobs in flight have landed."""
+        # Several connections keep the cores busy landing their own blobs; one at a time
+        # leaves a core idle, which the pool fills.
+        threads = LOCAL_THREADS if self.transfers == 1 else 0
+        with store.batch(), Landing(self._landed(store), self.transfers + 2 * threads,
+                                    threads) as landing:
+            return each(self._receive, [(d, size, store, landing) for d, size in refs],
+                        self.transfers)
+
+    def _receive(self, digest: str, size: int, store: Store, landing: Landing) -> int | None:
+        try:
+            return self._received(digest, size, store, landing)
+        except BadBlob as exc:  # that blob's fault, not the cache's: the others go on
+            landing.refuse(exc)
+            return None
+
+    def _received(self, digest: str, size: int, store: Store, landing: Landing) -> int | None:
+        if not 0 <= size <= SMALL:
+            return self.download(digest, store, size)
+        data = landing.buffer(size)
+        try:
+            with self._refusing(digest):
+                got = self._get_into(digest, data)
+            if got is not None:
+                self._check_size(digest, size, got)
+        except BaseException:
+            landing.drop(data)
+            raise
+        if got is None:
+            landing.drop(data)
+        else:
+            landing.hand_over(digest, data[:got])
+        return got
+
+    def _get_into(self, digest: str, data: memoryview) -> int | None:
+        """The blob's bytes into `data` (its size + 1 bytes: one more shows as Oversized)."""
+        into = getattr(self._t, "get_into", None)
+        if into is not None:  # HTTP: straight from the socket, no copy
+            return into(f"cas/{digest}", data)
+        limit, filled = len(data) - 1, 0
+
+        def sink(chunk: bytes | memoryview) -> None:
+            nonlocal filled
+            end = filled + len(chunk)
+            if end > limit:  # the transports stop at the limit; never write past it
+                raise Oversized(limit, f"answer larger than the {limit} bytes expected")
+            data[filled:end] = chunk
+            filled = end
+
+        return self._t.get(f"cas/{digest}", sink, limit)
+
+    def _landed(self, store: Store) -> Callable[[str, memoryview], None]:
+        def land(digest: str, data: memoryview) -> None:
+            """On a landing thread: hashed first, written only when it is `digest`."""
+            self._check_bytes(digest, hashlib.sha256(data).hexdigest())
+            store.put_verified_bytes(data, digest)
+            with self._count:
+                self.received += len(data)
+        return land
+
+    def _check_size(self, digest: str, size: int, got: int) -> None:
+        if got != size:
             self.bad.add(digest)
             raise WrongSize(digest, size, got)
+
+    def _check(self, digest: str, size: int | None, got: int, actual: str) -> None:
+        if size is not None:
+            self._check_size(digest, size, got)
+        self._check_bytes(digest, actual)
+
+    def _check_bytes(self, digest: str, actual: str) -> None:
         if actual != digest:
             self.bad.add(digest)
             raise WrongBytes(digest, actual)

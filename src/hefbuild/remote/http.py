@@ -20,6 +20,9 @@ from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, Sink
 from .watchdog import SHARED, Deadline, Watchdog
 
 CHUNK = 1 << 20
+# Where a GET's body goes, and the most bytes it may have: a sink fed chunk by chunk, or a
+# buffer filled in place (of that many bytes and one more).
+Reader = tuple[Sink | memoryview, int | None]
 
 
 def _status_problem(status: int) -> Problem:
@@ -56,6 +59,12 @@ class HttpTransport:
         status, size = self._call("GET", path, reader=(sink, limit), size=limit or 0)
         return None if status == 404 else size
 
+    def get_into(self, path: str, into: memoryview) -> int | None:
+        """`get` with the limit len(into) - 1, the bytes read straight into `into`."""
+        limit = len(into) - 1
+        status, size = self._call("GET", path, reader=(into, limit), size=limit)
+        return None if status == 404 else size
+
     def put(self, path: str, body: Path | bytes, digest: str | None = None) -> int:
         size = body.stat().st_size if isinstance(body, Path) else len(body)
         if digest is not None and isinstance(body, bytes):
@@ -65,7 +74,7 @@ class HttpTransport:
 
     # The one place that turns sockets and statuses into RemoteError.
     def _call(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None = None,
-              reader: tuple[Sink, int | None] | None = None, size: int = 0) -> tuple[int, int]:
+              reader: Reader | None = None, size: int = 0) -> tuple[int, int]:
         deadline: Deadline | None = None
         try:
             conn = self._conn()
@@ -105,7 +114,7 @@ class HttpTransport:
 
     def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
                   body: tuple[Path | bytes, str | None] | None,
-                  reader: tuple[Sink, int | None] | None) -> tuple[int, int]:
+                  reader: Reader | None) -> tuple[int, int]:
         headers = dict(self._headers)
         url = f"{self._base}/{path}"
         if body is None:
@@ -122,7 +131,7 @@ class HttpTransport:
         return self._answer(method, conn.getresponse(), reader)
 
     def _answer(self, method: str, resp: http.client.HTTPResponse,
-                reader: tuple[Sink, int | None] | None) -> tuple[int, int]:
+                reader: Reader | None) -> tuple[int, int]:
         status = resp.status
         if status == 404 and method in ("GET", "HEAD"):
             resp.read()
@@ -136,7 +145,10 @@ class HttpTransport:
         if reader is None:
             resp.read()
             return status, 0
-        return status, _drain(resp, *reader)
+        into, limit = reader
+        if isinstance(into, memoryview):
+            return status, _fill(resp, into)
+        return status, _drain(resp, into, limit)
 
     def _conn(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
@@ -164,12 +176,38 @@ def _length(resp: http.client.HTTPResponse) -> int:
         return -1
 
 
-def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int:
+def _announced(resp: http.client.HTTPResponse, limit: int | None) -> int:
     announced = _length(resp)
     if limit is not None and announced > limit:
         resp.close()
         raise Oversized(limit, f"answer of {announced} bytes, more than the {limit} "
                         f"expected")
+    return announced
+
+
+def _complete(total: int, announced: int) -> int:
+    if announced >= 0 and total != announced:
+        raise RemoteError(Problem.UNREACHABLE, f"connection closed after {total} of "
+                          f"{announced} bytes", status=-1)
+    return total
+
+
+def _fill(resp: http.client.HTTPResponse, into: memoryview) -> int:
+    """The body into `into`, which has room for one byte more than the body may have: a
+    body that fills it is too long, and refused."""
+    limit = len(into) - 1
+    announced = _announced(resp, limit)
+    total = 0
+    while total < len(into) and (n := resp.readinto(into[total:])):
+        total += n
+    if total > limit:
+        resp.close()
+        raise Oversized(limit, f"answer larger than the {limit} bytes expected")
+    return _complete(total, announced)
+
+
+def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int:
+    announced = _announced(resp, limit)
     buf = bytearray(CHUNK if limit is None else max(1, min(CHUNK, limit + 1)))
     view = memoryview(buf)
     total = 0
@@ -179,10 +217,7 @@ def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int
             resp.close()
             raise Oversized(limit, f"answer larger than the {limit} bytes expected")
         sunk(sink, view[:n])  # the sink consumes it before the next read
-    if announced >= 0 and total != announced:
-        raise RemoteError(Problem.UNREACHABLE, f"connection closed after {total} of "
-                          f"{announced} bytes", status=-1)
-    return total
+    return _complete(total, announced)
 
 
 class _VerifiedBody:

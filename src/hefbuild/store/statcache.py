@@ -34,10 +34,13 @@ import sqlite3
 import stat as stat_mod
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..digest import Digest, sha256_file
 
+_INSERT = "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 MAX_ROWS = 200_000
 PRUNE_EVERY_S = 24 * 3600
 _WRITE_BITS = stat_mod.S_IWUSR | stat_mod.S_IWGRP | stat_mod.S_IWOTH
@@ -73,6 +76,8 @@ class StatCache:
         self._memo: dict[tuple[int, int], _Row] = {}
         self._writable = True
         self._lock = threading.Lock()  # doit -P thread: one connection, one user at a time
+        self._deferring = 0  # inside `deferred`: rows wait in `_pending`
+        self._pending: list[tuple] = []
         self.bytes_hashed = 0
 
     def _db(self) -> sqlite3.Connection:
@@ -132,17 +137,46 @@ class StatCache:
         except sqlite3.Error:
             return None  # an unreadable cache is an empty one
 
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Rows written meanwhile go to the table in one transaction at the end (a batch
+        of downloads: one commit, not one per object; they are in memory at once). A crash
+        before the end loses them, which costs a re-hash, never a wrong answer."""
+        with self._lock:
+            self._deferring += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._deferring -= 1
+                rows = [] if self._deferring else self._pending
+                if not self._deferring:
+                    self._pending = []
+            self._insert(rows)
+
     def _write(self, name: str, digest: Digest, st: os.stat_result) -> None:
         row = _Row(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink, digest)
         self._memo[(st.st_dev, st.st_ino)] = row
-        if not self._writable:
+        values = (st.st_dev, st.st_ino, row.size, row.mtime, row.ctime, row.nlink, digest.hex,
+                  os.path.abspath(name), time.time())
+        with self._lock:
+            if self._deferring:
+                self._pending.append(values)
+                return
+        self._insert([values])
+
+    def _insert(self, rows: list[tuple]) -> None:
+        if not rows or not self._writable:
             return
         try:
             with self._lock:
-                self._db().execute(
-                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (st.st_dev, st.st_ino, row.size, row.mtime, row.ctime, row.nlink,
-                     digest.hex, os.path.abspath(name), time.time()))
+                db = self._db()
+                if len(rows) == 1:
+                    db.execute(_INSERT, rows[0])
+                else:
+                    with db:  # one transaction
+                        db.execute("BEGIN")
+                        db.executemany(_INSERT, rows)
         except sqlite3.Error:
             self._writable = False  # read-only or full: go on, remembering in memory only
 

@@ -30,7 +30,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -166,6 +166,17 @@ class Store:
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, dest)
         self._stats.remember(dest, Digest(digest))
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Many objects put at once: their stat-cache rows are written in one transaction."""
+        return self._stats.deferred()
+
+    def put_verified_bytes(self, data: bytes | memoryview, digest: str) -> None:
+        """Adopt bytes whose SHA-256 the caller just computed: a temp file, renamed."""
+        with self.incoming() as (path, out):
+            out.write(data)
+            out.close()
+            self.put_verified(path, digest)
 
     def touch(self, key: str) -> None:
         """Mark a record as used now (least recently used records are collected first)."""
