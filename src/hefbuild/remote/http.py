@@ -16,6 +16,7 @@ from typing import IO
 from urllib.parse import urlsplit
 
 from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
+from . import expect
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
 from .watchdog import SHARED, Deadline, Watchdog
 
@@ -23,6 +24,10 @@ CHUNK = 1 << 20
 # Where a GET's body goes, and the most bytes it may have: a sink fed chunk by chunk, or a
 # buffer filled in place (of that many bytes and one more).
 Reader = tuple[Sink | memoryview, int | None]
+
+
+class _NoExpect(Exception):
+    """The server answered 417 to `Expect: 100-continue`: the request goes again without."""
 
 
 def _status_problem(status: int) -> Problem:
@@ -49,6 +54,7 @@ class HttpTransport:
         self._headers = {"User-Agent": "hefbuild"} | _auth_header(settings)
         self._ssl = _ssl_context(settings) if self._https else None
         self._local = threading.local()
+        self._expect = True  # large uploads wait for `100 Continue` (expect.py)
         self.watchdog: Watchdog = SHARED
 
     def head(self, path: str) -> int | None:
@@ -82,6 +88,10 @@ class HttpTransport:
                 conn.connect()
             deadline = self.watchdog.arm(self._timeout + size / self._min_rate, conn.sock)
             answer = self._exchange(conn, method, path, body, reader)
+        except _NoExpect:
+            self.watchdog.disarm(deadline)
+            deadline = None
+            return self._call(method, path, body, reader, size)  # once: without the header
         except (CorruptSource, SinkError):
             self._drop()  # the server never sees the rest of the body: it keeps nothing
             raise
@@ -127,8 +137,25 @@ class HttpTransport:
                 size = os.fstat(f.fileno()).st_size
                 headers["Content-Length"] = str(size)
                 source = f if body[1] is None else _VerifiedBody(f, body[1], size)
-                conn.request(method, url, body=source, headers=headers)
+                if size < expect.FROM or not self._expect:
+                    conn.request(method, url, body=source, headers=headers)
+                elif self._go_on(conn, method, url, headers):
+                    conn.send(source)
         return self._answer(method, conn.getresponse(), reader)
+
+    def _go_on(self, conn: http.client.HTTPConnection, method: str, url: str,
+               headers: dict[str, str]) -> bool:
+        """The headers of a large upload, then the server's go (expect.py); a refusal
+        before the body is raised as the status it is."""
+        status = expect.send_headers_expecting(conn, method, url, headers)
+        if status is None:
+            return True
+        self._drop()  # the server answered a request whose body it never got
+        if status == 417:  # it does not take the header: this and later uploads go without
+            self._expect = False
+            raise _NoExpect
+        problem = Problem.PROTOCOL if 200 <= status < 300 else _status_problem(status)
+        raise RemoteError(problem, f"HTTP {status} on {method}, before the body", status)
 
     def _answer(self, method: str, resp: http.client.HTTPResponse,
                 reader: Reader | None) -> tuple[int, int]:
