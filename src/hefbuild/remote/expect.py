@@ -2,12 +2,14 @@
 and the body only once the server said to go on.
 
 A server that will refuse the body (401, 403, 413) says so before a gigabyte is sent. And
-it is what curl does for a body of 1 MiB or more: nginx answered 200 uploads of 1 MiB, 4 at
-once on loopback, with 30 % less CPU and in 30 % less time when each came after its `100
-Continue` than when the body followed the headers at once (curl itself, with and without
-the header: 0.18 vs 0.27 s of nginx CPU). A server that ignores the header gets the body
-after `WAIT` seconds, as RFC 9110 lets a client do; one that answers 417 gets the request
-again without it (the transport remembers).
+it is what curl does for a body of 1 MiB or more: nginx took 200 uploads of 1 MiB, 4 at
+once on loopback, with a third less CPU and in 30 % less time when each body came after
+its `100 Continue` than when it followed the headers at once (curl with and without the
+header: 0.18 vs 0.27 s of nginx CPU; hefbuild's uploads went from 0.65-0.72 to 0.82-0.85 of
+curl's speed, the rest being its SHA-256 of every byte, which curl does not compute). A
+server that ignores the header gets the body after `WAIT` seconds, as RFC 9110 lets a
+client do; one that answers 417 gets the request again without it (the transport
+remembers).
 """
 
 from __future__ import annotations
