@@ -86,14 +86,18 @@ def toolchain_stamp(recipe: StampRecipe | list, project_root: Path) -> str:
 def _venv_stamp(python: str, requirements: Path) -> str:
     """A changed lock is a new identity."""
     found = shutil.which(python) or python
-    parts = ["venv"]
-    for path in (str(requirements), os.path.realpath(found)):
-        try:
-            st = os.stat(path)
-            parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
-        except OSError:
-            parts.append(f"{path}:-")
-    return "|".join(parts)
+    paths = (str(requirements), os.path.realpath(found))
+    return "|".join(["venv", *(_stat_part(p, size=True) for p in paths)])
+
+
+def _stat_part(path: str, size: bool) -> str:
+    """`path:[size:]mtime:inode`, or `path:-` when there is nothing there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return f"{path}:-"
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}" if size else \
+        f"{path}:{st.st_mtime_ns}:{st.st_ino}"
 
 
 class ToolchainResolver:
@@ -228,13 +232,7 @@ def _stamp(python: str, packages: Iterable[str]) -> str:
     # The same interpreter is reached as .venv/bin/python and .venv/bin/python3: one stamp.
     real = os.path.realpath(python)
     parts = [real, ",".join(sorted(packages))]
-    for d in [real, *_site_dirs(python)]:
-        try:
-            st = os.stat(d)
-            parts.append(f"{d}:{st.st_mtime_ns}:{st.st_ino}")
-        except OSError:
-            parts.append(f"{d}:-")
-    return "|".join(parts)
+    return "|".join(parts + [_stat_part(d, size=False) for d in [real, *_site_dirs(python)]])
 
 
 def _site_dirs(python: str) -> list[str]:
