@@ -60,11 +60,12 @@ class TaskTable:
     """The project's part (models, broken ones, toolchains, image tasks, whether uploads are
     on) and each model's group, as made from the declarations."""
 
-    def __init__(self, root: str, head: dict[str, Any], groups: MutableMapping[str, Any]) -> None:
+    def __init__(self, root: str, head: dict[str, Any], groups: MutableMapping[str, Any],
+                 dirty: bool = False) -> None:
         self.root = root
         self.head = head
         self._groups = groups  # model -> its group, as bytes until first needed
-        self._dirty = False
+        self._dirty = dirty  # not as on disk: `save` writes it
         # Adds the groups of models the table lacks (from the loaded declarations), where
         # a caller other than the run that made it may ask about any model.
         self.fill: Callable[[list[str]], object] | None = None
@@ -154,10 +155,6 @@ class TaskTable:
         model = task.partition(":")[2]
         return model in self._groups and task in self.group(model)["toolchains"]
 
-    def stages(self, models: Iterable[str]) -> Iterator[str]:
-        for model in models:
-            yield from self.group(model)["toolchains"]
-
     def checks(self, models: Iterable[str]) -> Checks:
         """What the targets of these models say of checks and artifacts (each target once,
         in the order its first model comes)."""
@@ -189,9 +186,7 @@ def new_table(root: str, stamp: str, named: Iterable[str], settings_files: Itera
     head = {"format": FORMAT, "stamp": stamp, "named": named, "settings_files": files,
             "settings": settings_stamp(Path(root), files), "code": code_stamp(_CODE),
             "project": project}
-    table = TaskTable(root, head, {})
-    table._dirty = True
-    return table
+    return TaskTable(root, head, {}, dirty=True)
 
 
 def read_table(root: str) -> TaskTable | None:
