@@ -76,3 +76,18 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(written: Path, monk
         write_groups(written, "meta", {"a": b"b"})
     assert read_groups(written)[1]["model-5"] == GROUPS["model-5"]
     assert sorted(p.name for p in written.parent.iterdir()) == ["groups.bin"]
+
+
+def test_a_dead_writers_temporary_is_swept_and_a_live_ones_kept(written: Path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = written.with_name(f".{written.name}.{done.stdout.strip()}")  # its process ended
+    live = written.with_name(f".{written.name}.1")  # init: always running
+    dead.write_bytes(b"half")
+    live.write_bytes(b"half")
+    write_groups(written, "meta", {"a": b"b"})
+    assert not dead.exists() and live.exists()
+    assert read_groups(written)[1]["a"] == b"b"

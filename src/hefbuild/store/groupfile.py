@@ -97,6 +97,7 @@ def write_groups(path: Path, meta: Any, groups: Mapping[str, bytes]) -> None:
         parts.append(group)
         offset += len(group)
     header = marshal.dumps({"meta": meta, "index": index})
+    _sweep(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,3 +109,22 @@ def write_groups(path: Path, meta: Any, groups: Mapping[str, bytes]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _sweep(path: Path) -> None:
+    """Temporary files of writers that died before their rename (kill -9): never read, and
+    removed here so they do not pile up; a live writer's own is left alone."""
+    for tmp in path.parent.glob(f".{path.name}.*"):
+        pid = tmp.name.rsplit(".", 1)[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
