@@ -5,6 +5,10 @@ for it, and both contenders of a benchmark go through the same one.
 
     with ShapingProxy(("127.0.0.1", 8080), rate=100e6, rtt_s=0.020) as proxy:
         url = f"http://127.0.0.1:{proxy.port}"
+
+The proxy runs in a process of its own (this file as a script), as a real link would be
+outside both contenders: threads in the benchmark's process would take the GIL from the
+Python contender and not from curl.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import queue
 import socket
+import subprocess
+import sys
 import threading
 import time
 from types import TracebackType
@@ -36,6 +42,42 @@ class Link:
 
 
 class ShapingProxy:
+    """The proxy in a child process: `start` returns once it listens, `stop` ends it by PID."""
+
+    def __init__(self, upstream: tuple[str, int], rate: float, rtt_s: float) -> None:
+        self._args = [upstream[0], str(upstream[1]), repr(rate), repr(rtt_s)]
+        self._child: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def start(self) -> ShapingProxy:
+        self._child = subprocess.Popen([sys.executable, __file__, *self._args],
+                                       stdout=subprocess.PIPE, text=True)
+        line = self._child.stdout.readline() if self._child.stdout else ""
+        if not line.strip().isdigit():
+            self.stop()
+            raise RuntimeError(f"shaping proxy did not start (said {line!r})")
+        self.port = int(line)
+        return self
+
+    def stop(self) -> None:
+        if self._child is not None:
+            self._child.kill()
+            self._child.wait()
+            if self._child.stdout:
+                self._child.stdout.close()
+            self._child = None
+
+    def __enter__(self) -> ShapingProxy:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class ProxyThreads:
+    """The proxy itself: one reader and one writer thread per direction of a connection."""
+
     def __init__(self, upstream: tuple[str, int], rate: float, rtt_s: float) -> None:
         self.upstream, self.delay = upstream, rtt_s / 2
         self.links = (Link(rate), Link(rate))  # to the server, to the client
@@ -45,7 +87,7 @@ class ShapingProxy:
         self._threads: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
 
-    def start(self) -> ShapingProxy:
+    def start(self) -> ProxyThreads:
         self._spawn(self._accept)
         return self
 
@@ -58,13 +100,6 @@ class ShapingProxy:
             s.close()
         for t in self._threads:
             t.join(2)
-
-    def __enter__(self) -> ShapingProxy:
-        return self.start()
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def _spawn(self, target, *args) -> None:  # noqa: ANN001
         t = threading.Thread(target=target, args=args, daemon=True)
@@ -115,3 +150,16 @@ class ShapingProxy:
                 dst.sendall(data)
             except OSError:
                 return
+
+
+def main(argv: list[str]) -> None:
+    """`shaping_proxy.py HOST PORT RATE RTT_S`: prints the port it listens on, then serves
+    until killed."""
+    host, port, rate, rtt = argv
+    proxy = ProxyThreads((host, int(port)), float(rate), float(rtt)).start()
+    print(proxy.port, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,6 +1,7 @@
 """Remote-cache transfers against curl, side by side, on real nginx (WebDAV) on 127.0.0.1.
 
     python benchmarks/transfers.py [--runs N] [--big-mib M] [--small N] [--links loopback shaped]
+                                   [--only WORD...]
 
 Contenders move the same bytes to and from the same server, alternating, after one untimed
 warm-up each; medians of --runs rounds:
@@ -206,6 +207,8 @@ def bench(args: argparse.Namespace, work: Path) -> None:
                      b.ours_up(url, small, 4), b.curl_up(url, small, 4)),
                 ]
                 for label, nbytes, ours, curl in cases:
+                    if args.only and not any(word in label for word in args.only):
+                        continue
                     t_ours, t_curl = race(args.runs, ours, curl)
                     row(label, nbytes, t_ours, t_curl)
                     b.seed([big, *small])
@@ -221,6 +224,8 @@ def main() -> int:
     ap.add_argument("--small", type=int, default=200)
     ap.add_argument("--links", nargs="+", default=["loopback", "shaped"],
                     choices=["loopback", "shaped"])
+    ap.add_argument("--only", nargs="+", metavar="WORD",
+                    help="only the rows whose label has one of these words")
     args = ap.parse_args()
     missing = [tool for tool in ("nginx", "curl") if shutil.which(tool) is None]
     if missing:
