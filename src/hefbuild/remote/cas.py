@@ -24,8 +24,10 @@ from typing import TypeVar
 
 from ..declare.settings import CacheSettings
 from ..store.store import Store
+from . import overlap
 from .fanout import each
 from .landing import LOCAL_THREADS, SMALL, Landing
+from .overlap import HashingWriter
 from .problems import Oversized, RemoteError, SinkError, Undecodable
 from .transport import Transport, batched, transport_for
 
@@ -109,18 +111,14 @@ class BlobStore:
 
     def _download(self, digest: str, store: Store, size: int | None) -> int | None:
         with store.incoming() as (path, out):
-            hasher = hashlib.sha256()
-
-            def sink(chunk: bytes | memoryview) -> None:
-                hasher.update(chunk)
-                out.write(chunk)
-
-            with self._refusing(digest):
-                got = self._t.get(f"cas/{digest}", sink, size)
+            with HashingWriter(out, size is None or size >= overlap.FROM) as sink:
+                with self._refusing(digest):
+                    got = self._t.get(f"cas/{digest}", sink, size)
+                actual = sink.digest()
             out.close()
             if got is None:
                 return None
-            self._check(digest, size, got, hasher.hexdigest())
+            self._check(digest, size, got, actual)
             store.put_verified(path, digest)
         with self._count:
             self.received += got

@@ -11,12 +11,14 @@ import http.client
 import os
 import ssl
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import IO
 from urllib.parse import urlsplit
 
 from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
-from . import expect
+from . import expect, overlap
+from .overlap import HashingReader
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
 from .watchdog import SHARED, Deadline, Watchdog
 
@@ -133,10 +135,9 @@ class HttpTransport:
             headers["Content-Length"] = str(len(body[0]))
             conn.request(method, url, body=body[0], headers=headers)
         else:
-            with open(body[0], "rb") as f:
+            with open(body[0], "rb") as f, _source(f, body[1]) as source:
                 size = os.fstat(f.fileno()).st_size
                 headers["Content-Length"] = str(size)
-                source = f if body[1] is None else _VerifiedBody(f, body[1], size)
                 if size < expect.FROM or not self._expect:
                     conn.request(method, url, body=source, headers=headers)
                 elif self._go_on(conn, method, url, headers):
@@ -245,6 +246,17 @@ def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int
             raise Oversized(limit, f"answer larger than the {limit} bytes expected")
         sunk(sink, view[:n])  # the sink consumes it before the next read
     return _complete(total, announced)
+
+
+def _source(f: IO[bytes], digest: str | None) -> AbstractContextManager[object]:
+    """What http.client reads a file's body from: hashed on the way when it has a `digest`,
+    on a second thread when it is large."""
+    if digest is None:
+        return nullcontext(f)
+    size = os.fstat(f.fileno()).st_size
+    if size >= overlap.FROM:
+        return HashingReader(f, digest, size, CorruptSource)
+    return nullcontext(_VerifiedBody(f, digest, size))
 
 
 class _VerifiedBody:
