@@ -89,6 +89,64 @@ def test_the_fast_answer_is_the_full_answer(built, make_engine, root, change):
         assert not all(answers.values()), f"{change} went unnoticed"
 
 
+# -- each verdict covers its own model's declaration files ------------------------------
+
+
+OTHER = "tiny-other"
+OTHER_TASKS = tuple(t.replace(MODEL, OTHER) for t in TASKS)
+
+
+def two_models(root: Path, make_engine: Callable[..., Engine]) -> None:
+    """A second model, a copy of the first under another file name; both built, saved."""
+    shutil.copy(model_toml(root), root / "models" / f"{OTHER}.toml")
+    engine = make_engine()
+    for task in TASKS + OTHER_TASKS:
+        engine.run(task)
+    engine.fast.save()
+
+
+def decided_in_full(engine: Engine) -> list[str]:
+    decided: list[str] = []
+    full = engine.decide
+    engine.decide = lambda action: decided.append(action.task) or full(action)
+    return decided
+
+
+@pytest.mark.parametrize("change", ["parameter", "lock made", "file touched"])
+def test_a_model_file_change_sends_only_that_models_tasks_down_the_full_path(
+        make_engine, root, change):
+    two_models(root, make_engine)
+    if change == "parameter":
+        edit(model_toml(root), "max_new_tokens = 16", "max_new_tokens = 20")
+    elif change == "lock made":  # `doit lock` writes one beside the model file
+        model_toml(root).with_suffix(".lock.json").write_text("{}")
+    else:
+        os.utime(model_toml(root))
+    engine = make_engine()
+    decided = decided_in_full(engine)
+    others = {t: engine.is_uptodate(t) for t in OTHER_TASKS}
+    assert all(others.values()) and decided == []  # the other model: its verdicts hold
+    answers = {t: engine.is_uptodate(t) for t in TASKS}
+    assert decided == list(TASKS)  # the edited one: every task decided in full
+    full = make_engine()
+    assert answers == {t: full.decide(full.actions[t]).outcome is Outcome.UPTODATE
+                       for t in TASKS}
+    assert answers[f"verify:{MODEL}"] is (change != "parameter")
+
+
+def test_an_edit_while_the_declarations_load_is_seen_next_time(built, make_engine, root,
+                                                               store):
+    """The model file changes after it was read and before the verdicts are kept: they
+    are kept with the signature it had when read, so the next run does not take the old
+    file's verdicts for the new one's."""
+    saved(built)
+    loaded = load_project(root, store=store)  # reads max_new_tokens = 16
+    edit(model_toml(root), "max_new_tokens = 16", "max_new_tokens = 20")
+    saved(Engine(loaded, executor=FakeExecutor()))  # decides on what it read, keeps verdicts
+    answers = assert_fast_equals_full(make_engine)
+    assert answers[f"verify:{MODEL}"] is False
+
+
 def test_a_changed_toolchain_identity_takes_the_full_path(built, make_engine, monkeypatch):
     saved(built)
     from hefbuild.execute.toolchain import ToolchainResolver
@@ -274,6 +332,23 @@ def test_declarations_are_parsed_once_per_change(root, store, monkeypatch):
     changed = load_project_cached(root, store)
     assert parsed == [f"{MODEL}.toml"]
     assert changed.models[MODEL].stages["quantize"]["block_size"] == 16
+
+
+def test_a_model_edited_while_it_loads_is_loaded_again_next_time(root, store, monkeypatch):
+    import hefbuild.declare.project as project_module
+
+    real = project_module.load_model
+
+    def read_then_edited(path, *args, **kwargs):  # noqa: ANN001, ANN202
+        model = real(path, *args, **kwargs)
+        monkeypatch.setattr(project_module, "load_model", real)  # once
+        edit(path, "block_size = 32", "block_size = 16")
+        return model
+
+    monkeypatch.setattr(project_module, "load_model", read_then_edited)
+    assert load_project_cached(root, store).models[MODEL].stages["quantize"]["block_size"] == 32
+    again = load_project_cached(root, store)  # the cache was made from the old text
+    assert again.models[MODEL].stages["quantize"]["block_size"] == 16
 
 
 def test_a_deleted_file_parameter_is_reported_even_with_a_cached_project(root, store):

@@ -11,7 +11,7 @@ from ..declare.specs import ModelSpec
 from ..declare.targets import Keep
 from ..execute.toolchain import stamp_recipe
 from ..plan.actions import Action, artifact_task, plan_model, task_name
-from ..plan.projectcache import named_files, stamp_of
+from ..plan.projectcache import named_files, shared_stamp_of, stamp_of
 from .tasktable import Record, TaskTable, new_table
 
 
@@ -35,6 +35,7 @@ def _new(project: Project) -> TaskTable:
         "recipes": {n: stamp_recipe(tc) for n, tc in project.toolchains.items()},
         "images": list(image_records(project)),
         "uploads": bool(cache.remote and cache.upload),
+        "shared": shared_stamp_of(project),
     }
     named = project.named or named_files(project)
     return new_table(str(project.paths.root), stamp_of(project), named, files, head)

@@ -40,7 +40,7 @@ from ..declare.layout import SETTINGS_FILE, STATE_DIR
 from ..plan.stamp import code_stamp, declarations_stamp, file_sig
 from ..store.groupfile import read_groups, write_groups
 
-FORMAT = 2  # 2: a group file
+FORMAT = 3  # 2: a group file; 3: the fast path's stamp leaves the model files out
 FILE = "tasks.bin"
 _CODE = ("cli/tasktable.py", "cli/tablemake.py", "cli/tasks.py", "declare/checks.py",
          "execute/toolchain.py")
@@ -104,7 +104,7 @@ class TaskTable:
         from ..execute.toolchain import toolchain_stamp
 
         recipe = self.head["project"]["recipes"][toolchain]
-        return self.stamp + "|" + toolchain_stamp(recipe, Path(self.root))
+        return self.head["project"]["shared"] + "|" + toolchain_stamp(recipe, Path(self.root))
 
     # -- the models' groups -------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import SpecError
 from .declfile import COMMIT_RE, SHA256_RE
+from .filesig import stat_signature
 from .layout import STATE_DIR
 from .settings import Settings, load_settings
 from .specs import ModelSpec, load_model
@@ -62,6 +63,7 @@ class Project:
     settings: Settings = Settings()
     stamp: str = ""  # of the declarations, when loaded through the project cache
     named: tuple[str, ...] = ()  # and the project files they name, which the stamp covers
+    shared: str = ""  # the stamp without the model files (the fast path's)
     # Model files that failed to load -> their one-line error: they block only their own
     # tasks, never another model's.
     broken: dict[str, str] = field(default_factory=dict)
@@ -90,9 +92,13 @@ def _load_declarations(paths: ProjectPaths, root: Path, strict: bool) -> Declara
     models, broken = {}, {}
     for path in sorted(paths.models.glob("*.toml")):
         try:
-            model = _with_lock(load_model(path, root, set(toolchains), targets),
-                               path.with_suffix(".lock.json"), root)
-            models.update(_with_variants(model))
+            signed = stat_signature(str(path))
+            model = load_model(path, root, set(toolchains), targets)
+            lock = _lock_path(model, path, root)
+            declared = ((_shown(path, root), signed),
+                        (_shown(lock, root), stat_signature(str(lock))))
+            model = _with_lock(model, lock, root)
+            models.update(_with_variants(replace(model, declared=declared)))
         except SpecError as exc:
             if strict:
                 raise
@@ -103,18 +109,30 @@ def _load_declarations(paths: ProjectPaths, root: Path, strict: bool) -> Declara
 def _with_variants(model: ModelSpec) -> dict[str, ModelSpec]:
     """The base model and each of its variants, by name; a variant shares the base's source
     as locked (one checkpoint per model file, one lock: `models/<model>.lock.json`)."""
-    variants = tuple(replace(v, source=model.source) for v in model.variants)
+    variants = tuple(replace(v, source=model.source, declared=model.declared)
+                     for v in model.variants)
     model = replace(model, variants=variants)
     return {model.name: model, **{v.name: v for v in variants}}
 
 
+def _lock_path(model: ModelSpec, path: Path, root: Path) -> Path:
+    """`models/<model>.lock.json`, or the lock `source.lock` names (shared by several models
+    of one repository and revision)."""
+    return root / model.source.lock if model.source.lock is not None \
+        else path.with_suffix(".lock.json")
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:  # a lock outside the project is named as it was given
+        return str(path)
+
+
 def _with_lock(model: ModelSpec, lock_path: Path, root: Path) -> ModelSpec:
     """A hub model whose TOML names a branch takes its commit and file digests from the lock;
-    a local folder without [source.files] takes its file digests from it. `source.lock`
-    names a lock shared by several models (of one repository and revision)."""
+    a local folder without [source.files] takes its file digests from it."""
     src = model.source
-    if src.lock is not None:
-        lock_path = root / src.lock
     if src.synthetic is not None or src.pinned or not lock_path.is_file():
         return model
     shown = lock_path.relative_to(root).as_posix()

@@ -102,6 +102,10 @@ class ModelSpec:
     manual: str = ""
     # One warning line per parameter the file sets that no rule reads (left out of the key).
     unread: tuple[str, ...] = ()
+    # The files it was loaded from (its TOML and its lock, there or not), project-relative,
+    # each with its stat signature taken before it was read: what the no-op's verdicts of
+    # its tasks depend on, in place of every model file (engine/fastpath.py).
+    declared: tuple[tuple[str, bytes], ...] = field(default=(), compare=False)
 
 
 def load_model(path: Path, root: Path, toolchains: set[str],

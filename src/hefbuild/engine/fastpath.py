@@ -12,6 +12,12 @@ A fingerprint is only ever a reason to skip work, never to trust bytes: any chan
 mtime, ctime or inode of any listed file, of any declaration, or of the toolchain stamp
 sends the task down the full path (which is what `doit explain` always takes).
 
+A task's own model files (its TOML and its lock) are among its listed files, with the
+signatures they had before loading read them (ModelSpec.declared); the stamp covers the
+other declarations (targets, toolchains, hefbuild's loader code), not the other model
+files. So an edit to one model file of 1000 sends that model's tasks down the full path
+and leaves the other 999 verdicts standing.
+
 Each file is stat-ed once per invocation (one Engine is one invocation, as doit reads its
 task definitions once); a stage dir the engine replaces is forgotten and looked at anew.
 
@@ -28,21 +34,19 @@ from __future__ import annotations
 
 import hashlib
 import marshal
-import os
-import struct
 from collections.abc import Callable, MutableMapping
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..declare.filesig import stat_signature
 from ..store.groupfile import read_groups, write_groups
 
 if TYPE_CHECKING:
     from ..declare.project import Project
 
 FORMAT = 5  # 5: a group file
-_SIG = struct.Struct("<qqqQ")  # size, mtime_ns, ctime_ns, inode
 
 
 @dataclass(frozen=True)
@@ -100,13 +104,19 @@ class FastPath:
         return tuple(out)
 
     def _signature(self, i: int) -> bytes:
-        try:
-            st = os.stat(self._prefix + self._paths[i])
-            sig = _SIG.pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        except OSError:
-            sig = b"-"  # absent: as much a fact about the file as its stat
-        self._sigs[i] = sig
+        sig = self._sigs[i] = stat_signature(self._prefix + self._paths[i])
         return sig
+
+    def pin(self, signed: tuple[tuple[str, bytes], ...]) -> tuple[int, ...]:
+        """Files read before this invocation's first stat of them (a model's declaration
+        files, read at load), with the signatures taken before they were read: a verdict
+        made from what was read then carries those, so an edit during the load shows."""
+        indexes = self.indexes([rel for rel, _ in signed])
+        for i, (_, sig) in zip(indexes, signed, strict=True):
+            if self._sigs.get(i) != sig:
+                self._sigs[i] = sig
+                self._answers.clear()
+        return indexes
 
     def fingerprint(self, stamp: str, paths: tuple[int, ...]) -> str:
         """The stamp and the signature of each path, in order (the verdict holds the paths,
@@ -256,13 +266,13 @@ class FastPath:
 def fast_path_of(project: Project) -> FastPath:
     """The project's fast path; stamps from its declarations and toolchain identities."""
     from ..execute.toolchain import ToolchainResolver
-    from ..plan.projectcache import stamp_of
+    from ..plan.projectcache import shared_stamp_of
 
     resolver = ToolchainResolver(project.paths.state / "toolchains.json",
                                  project.paths.toolchains)
 
     def stamp(toolchain: str) -> str:
-        return stamp_of(project) + "|" + resolver.stamp(project.toolchains[toolchain])
+        return shared_stamp_of(project) + "|" + resolver.stamp(project.toolchains[toolchain])
 
     return FastPath(project.paths.state / "fastpath.bin", project.paths.root, stamp)
 

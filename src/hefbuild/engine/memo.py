@@ -25,11 +25,12 @@ class VerdictMemo:
     def depends_on(self, action: Action) -> tuple[int, ...]:
         """Every file a decision about `action` reads, as fast-path indexes."""
         fast, root = self.ctx.fast, self.ctx.paths.root
+        declared = fast.pin(self.ctx.project.models[action.model].declared)
         paths = [p.relative_to(root).as_posix() for p in self.keys.rule_paths(action)]
         paths += sorted(action.file_params.values())
         for up in action.upstream:
             paths += manifest_and_outputs(root, f"build/{action.model}/{up}")
-        indexes = fast.indexes(paths)
+        indexes = declared + fast.indexes(paths)
         own = fast.indexes(manifest_and_outputs(root, action.out_dir))
         fast.fingerprint("", indexes + own)  # stat each once, now
         return indexes

@@ -6,7 +6,9 @@ most of a no-op `doit verify:one-model`. So the loaded models and toolchains are
 `models/`, `toolchain/` and `targets/` (the project's and hefbuild's own; TOML and lock
 files), the existence of every file a declaration
 names (file parameters, rules, Dockerfiles: loading checks they exist), and hefbuild's own loader
-code. Any difference, and the TOML is loaded and checked as before, with the same errors.
+code; the stats are taken before any file is read, so that an edit during a load shows as a
+difference next time. Any difference, and the TOML is loaded and checked as before, with the
+same errors.
 Settings (`hefbuild.toml` and the environment) are read on every invocation.
 
 On disk: `.hefbuild/project.pickle` = (FORMAT, stamp, (every model's bytes, shared
@@ -24,31 +26,36 @@ from pathlib import Path
 from ..declare.project import Project, load_project
 from .actions import plan_model
 from .lazymodels import LazyModels, pickled
-from .stamp import declarations_stamp
+from .stamp import declarations_stamp, folders_stamp
 
-FORMAT = 10  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
+FORMAT = 11  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
 # 7: a model says why it is manual; 8: and which of its parameters nothing reads; 9: each
-# model pickled on its own; 10: and all of them together
+# model pickled on its own; 10: and all of them together; 11: a model has its
+# files' signatures
 
 
 def load_project_cached(root: Path, store: Path | None = None) -> Project:
     root = root.absolute()
     cache = root / ".hefbuild" / "project.pickle"
+    # Stat-ed before anything is read: an edit while the TOML is read shows next time.
+    folders, shared = folders_stamp(root), folders_stamp(root, models=False)
     cached = _read(cache)
     if cached is not None:
-        stamp, (every, shared, blobs), toolchains, broken, named = cached
-        stamp_now = declarations_stamp(root, named)
+        stamp, (every, pipelines, blobs), toolchains, broken, named = cached
+        stamp_now = declarations_stamp(root, named, folders)
         if stamp == stamp_now:
-            models = LazyModels(every, shared, blobs,
+            models = LazyModels(every, pipelines, blobs,
                                 lambda: load_project(root, store, strict=False).models)
             project = load_project(root, store, declarations=(models, toolchains, broken))
-            return replace(project, stamp=stamp_now, named=named)
+            return replace(project, stamp=stamp_now, named=named,
+                           shared=declarations_stamp(root, named, shared))
     project = load_project(root, store, strict=False)
     named = named_files(project)
-    stamp = declarations_stamp(root, named)
+    stamp = declarations_stamp(root, named, folders)
     _write(cache, (FORMAT, stamp, pickled(project.models), project.toolchains, project.broken,
                    named))
-    return replace(project, stamp=stamp, named=named)
+    return replace(project, stamp=stamp, named=named,
+                   shared=declarations_stamp(root, named, shared))
 
 
 def named_files(project: Project) -> tuple[str, ...]:
@@ -64,8 +71,16 @@ def named_files(project: Project) -> tuple[str, ...]:
 
 
 def stamp_of(project: Project) -> str:
-    """The stamp the fast path folds into every task's fingerprint."""
+    """The stamp of every declaration (the task table is valid while it holds)."""
     return project.stamp or declarations_stamp(project.paths.root, named_files(project))
+
+
+def shared_stamp_of(project: Project) -> str:
+    """The stamp the fast path folds into every task's fingerprint: that of every
+    declaration but the model files, which each verdict covers for its own model."""
+    root = project.paths.root
+    return project.shared or declarations_stamp(root, project.named or named_files(project),
+                                                folders_stamp(root, models=False))
 
 
 def _read(cache: Path) -> tuple | None:

@@ -22,13 +22,29 @@ LOADER_CODE = ("declare/specs.py", "declare/toolchains.py", "declare/params.py",
 PACKAGE = Path(__file__).parents[1]
 
 
-def declarations_stamp(root: Path, named: Iterable[str]) -> str:
+def declarations_stamp(root: Path, named: Iterable[str], folders: str | None = None) -> str:
     """The stat signature of every file in `models/`, `toolchain/` and `targets/` (the
     project's and hefbuild's own; TOML and lock files), the existence of every file a
-    declaration names (loading checks they exist), and hefbuild's own loader code."""
+    declaration names (loading checks they exist), and hefbuild's own loader code.
+    `folders`: the first part as `folders_stamp` gave it before the declarations were read
+    (an edit while they are read then shows next time, never as the stamp of what was
+    read)."""
     h = hashlib.blake2b(digest_size=16)
-    folders = [("models", root / "models"), ("toolchain", root / "toolchain"),
-               ("targets", root / TARGETS_DIR), ("builtin targets", BUILTIN_TARGETS)]
+    h.update((folders if folders is not None else folders_stamp(root)).encode())
+    h.update(code_stamp(LOADER_CODE).encode())
+    for rel in named:
+        h.update(f"\0{rel}\0{os.path.isfile(root / rel)}".encode())
+    return h.hexdigest()
+
+
+def folders_stamp(root: Path, models: bool = True) -> str:
+    """The stat signatures of the declaration folders' files; without `models/` for the
+    fast path, whose verdicts each cover their own model's files (ModelSpec.declared)."""
+    h = hashlib.blake2b(digest_size=16)
+    folders = [("toolchain", root / "toolchain"), ("targets", root / TARGETS_DIR),
+               ("builtin targets", BUILTIN_TARGETS)]
+    if models:
+        folders.insert(0, ("models", root / "models"))
     for label, folder in folders:
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith((".toml", ".json")))
@@ -37,9 +53,6 @@ def declarations_stamp(root: Path, named: Iterable[str]) -> str:
         where = f"{folder}/"
         # One hash update per folder: with 1000 models the stats are what is left to pay.
         h.update(marshal.dumps((label, names, [_stat(where + n) for n in names])))
-    h.update(code_stamp(LOADER_CODE).encode())
-    for rel in named:
-        h.update(f"\0{rel}\0{os.path.isfile(root / rel)}".encode())
     return h.hexdigest()
 
 
