@@ -83,68 +83,58 @@ class HashingWriter:
 
 
 class HashingReader:
-    """An upload's body: a worker thread reads `size` bytes of `f` ahead into reused buffers
-    and hashes them, while the connection sends the chunk before. `read()` gives the chunks
-    in order, each valid until the next call; the last one only once all of them hashed to
-    `digest`, else `mismatch(digest, actual)` is raised instead, so the server never gets a
-    whole body. Use it in a `with`: leaving stops the worker."""
+    """An upload's body: `read()` reads the next chunk of `f` into a reused buffer on the
+    connection's thread and hands it to a worker thread to hash while the connection sends
+    it (the two only read it). The chunks come in order, each valid until the next call;
+    the last one only once the worker hashed all `size` bytes to `digest`, else
+    `mismatch(digest, actual)` is raised instead, so the server never gets a whole body.
+    Use it in a `with`: leaving stops the worker."""
 
     def __init__(self, f: IO[bytes], digest: str, size: int,
                  mismatch: type[Exception]) -> None:
-        self._f, self._digest, self._size, self._mismatch = f, digest, size, mismatch
-        self._free = _ring()
-        self._ready = queue.SimpleQueue[tuple[bytearray, int] | BaseException | None]()
-        self._lent: bytearray | None = None
-        self._stopped = False
+        self._f, self._digest, self._left, self._mismatch = f, digest, size, mismatch
+        self._hasher, self._free = hashlib.sha256(), _ring()
+        self._work = queue.SimpleQueue[tuple[bytearray, int] | None]()
+        self._ended = False
         self._thread = threading.Thread(target=self._run, name="hefbuild-hash-out",
                                         daemon=True)
         self._thread.start()
 
     def read(self, _n: int = -1) -> memoryview | bytes:
-        if self._lent is not None:  # the connection is done with it
-            self._free.put(self._lent)
-            self._lent = None
-        item = self._ready.get()
-        if item is None:
+        if self._ended:
             return b""
-        if isinstance(item, BaseException):
-            raise item
-        self._lent, n = item
-        return memoryview(self._lent)[:n]
+        buf = self._free.get()  # waits while the hash is DEPTH chunks behind
+        wanted = min(CHUNK, self._left)
+        n = self._f.readinto(memoryview(buf)[:wanted]) if wanted else 0
+        self._left -= n
+        if n:
+            self._work.put((buf, n))
+        if self._left > 0 and n == wanted:  # not the last chunk, nor a file cut short
+            return memoryview(buf)[:n]
+        self._ended = True
+        self._check()  # before the last chunk leaves
+        return memoryview(buf)[:n] if n else b""
+
+    def _check(self) -> None:
+        self._stop()
+        actual = self._hasher.hexdigest()
+        if self._left != 0 or self._f.read(1) or actual != self._digest:
+            raise self._mismatch(self._digest, actual)
 
     def _run(self) -> None:
-        try:
-            self._read_all()
-        except BaseException as exc:  # noqa: BLE001 - handed to the connection's thread
-            self._ready.put(exc)
+        while (item := self._work.get()) is not None:
+            buf, n = item
+            self._hasher.update(memoryview(buf)[:n])
+            self._free.put(buf)
 
-    def _read_all(self) -> None:
-        hasher, left = hashlib.sha256(), self._size
-        held: tuple[bytearray, int] | None = None  # the last chunk read, not yet given
-        while left > 0:
-            buf = self._free.get()
-            if self._stopped:
-                return
-            n = self._f.readinto(memoryview(buf)[:min(CHUNK, left)])
-            if not n:
-                break
-            hasher.update(memoryview(buf)[:n])
-            left -= n
-            if held is not None:
-                self._ready.put(held)
-            held = (buf, n)
-        actual = hasher.hexdigest()
-        if left != 0 or self._f.read(1) or actual != self._digest:
-            raise self._mismatch(self._digest, actual)
-        if held is not None:
-            self._ready.put(held)
-        self._ready.put(None)
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._work.put(None)
+            self._thread.join()
 
     def __enter__(self) -> HashingReader:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._stopped = True
-        self._free.put(bytearray(0))  # wakes a worker that waits for room
-        self._thread.join()
+        self._stop()
