@@ -8,11 +8,11 @@ warm-up each, --runs rounds (three times as many for the small blobs, whose roun
 the ratio is the median of the rounds' own ratios, with its quartiles:
 - download: hefbuild's verified download into its store (`BlobStore.download_all`, as a
   cache hit fetches its blobs: SHA-256 checked, inserted only if it matches; a large blob
-  is hashed and written by a second thread as it streams in, a small one received whole
+  is hashed by a second thread as it streams in, a small one received whole
   and landed beside the next) vs
   `curl -o FILE` (no hashing);
 - upload: hefbuild's `HttpTransport.put` of a store object (hashed as it is sent, a large
-  one read and hashed ahead by a second thread; the last chunk only goes once the digest
+  one hashed by a second thread as it goes; the last chunk only goes once the digest
   matched) vs `curl -T FILE`;
 each for one --big-mib blob (default 1 GiB), and for --small 1 MiB blobs (default 200)
 moved `transfers` (4) at a time by `RemoteCache` vs `curl --parallel --parallel-max 4`, and

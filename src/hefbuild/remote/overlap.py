@@ -1,9 +1,10 @@
-"""SHA-256 beside the socket for large blobs: a worker thread hashes (and writes, or reads)
-while the connection's thread moves the next chunk, so a verified transfer takes as long as
-the slower of the two instead of their sum.
+"""SHA-256 beside the socket for large blobs: the connection's thread moves each chunk between
+the socket and the file, and a worker thread hashes it meanwhile, so a verified transfer
+takes as long as the slower of the two instead of their sum.
 
-Why: SHA-256 runs at about 0.5 ms a MiB here, about what the receive of that MiB costs on
-loopback; one after the other on one thread, a 1 GiB download took 1.5x curl's time.
+Why: SHA-256 runs at about 0.5 ms a MiB here, about what the receive and write of that MiB
+cost on loopback; one after the other on one thread, a 1 GiB download took 1.5x curl's
+time.
 hashlib, file reads and writes and socket calls all release the GIL, so the two threads run
 on two cores.
 
