@@ -18,49 +18,41 @@ import hashlib
 import queue
 import threading
 from types import TracebackType
-from typing import IO
+from typing import IO, Self
 
 CHUNK = 1 << 20
 FROM = 4 << 20  # a smaller blob moves in a few chunks: a second thread would not pay
 DEPTH = 4  # chunks in flight between the two threads (reused: fresh pages cost faults)
 
 
-def _ring() -> queue.SimpleQueue[bytearray]:
-    ring: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
-    for _ in range(DEPTH):
-        ring.put(bytearray(CHUNK))
-    return ring
+class _HashWorker:
+    """A SHA-256 fed on a worker thread through a ring of DEPTH reused buffers: `take` a
+    free buffer (waits while the hash is DEPTH chunks behind), fill it, `give` it; the
+    worker hashes it and puts it back. Without `threaded`, `give` hashes on the caller's
+    thread (a blob known to be small: a second thread would not pay). Use it in a `with`:
+    leaving stops the worker."""
 
-
-class HashingWriter:
-    """A download's sink: each chunk is written to `out` on the caller's thread, as it
-    comes, and hashed on a worker thread from a copy in a reused buffer, while the socket
-    receives the next (writing and hashing each take about half of a MiB's time; one after
-    the other on one thread they were the slowest step). Use it in a `with`: leaving stops
-    the worker. Not `overlapped` (a blob known to be small), it hashes on the caller's
-    thread too."""
-
-    def __init__(self, out: IO[bytes], overlapped: bool = True) -> None:
-        self._out, self._hasher, self._overlapped = out, hashlib.sha256(), overlapped
-        self._free = _ring() if overlapped else queue.SimpleQueue[bytearray]()
+    def __init__(self, name: str, threaded: bool = True) -> None:
+        self._hasher, self._free = hashlib.sha256(), queue.SimpleQueue[bytearray]()
         self._work = queue.SimpleQueue[tuple[bytearray, int] | None]()
-        self._thread = threading.Thread(target=self._run, name="hefbuild-hash-in", daemon=True)
-        if overlapped:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        if threaded:
+            for _ in range(DEPTH):
+                self._free.put(bytearray(CHUNK))
             self._thread.start()
 
-    def __call__(self, chunk: bytes | memoryview) -> None:
-        if not self._overlapped:
-            self._hasher.update(chunk)
-        else:
-            buf, n = self._free.get(), len(chunk)  # waits while the hash is DEPTH behind
-            if n > len(buf):  # a transport's chunk may be larger than ours
-                buf = bytearray(n)
-            buf[:n] = chunk
-            self._work.put((buf, n))
-        self._out.write(chunk)
+    def take(self, size: int = CHUNK) -> bytearray:
+        buf = self._free.get()
+        return buf if len(buf) >= size else bytearray(size)  # a transport's larger chunk
 
-    def digest(self) -> str:
-        """Waits for every chunk, then gives the hex digest of all of them."""
+    def give(self, buf: bytearray, n: int) -> None:
+        if self._thread.is_alive():
+            self._work.put((buf, n))
+        else:
+            self._hasher.update(memoryview(buf)[:n])
+
+    def hexdigest(self) -> str:
+        """Waits for every chunk given, then the digest of all of them."""
         self._stop()
         return self._hasher.hexdigest()
 
@@ -75,7 +67,7 @@ class HashingWriter:
             self._work.put(None)
             self._thread.join()
 
-    def __enter__(self) -> HashingWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -83,33 +75,53 @@ class HashingWriter:
         self._stop()
 
 
-class HashingReader:
+class HashingWriter(_HashWorker):
+    """A download's sink: each chunk is written to `out` on the caller's thread, as it
+    comes, and hashed on a worker thread from a copy in a reused buffer, while the socket
+    receives the next (writing and hashing each take about half of a MiB's time; one after
+    the other on one thread they were the slowest step). Not `overlapped` (a blob known to
+    be small), it hashes on the caller's thread too."""
+
+    def __init__(self, out: IO[bytes], overlapped: bool = True) -> None:
+        super().__init__("hefbuild-hash-in", overlapped)
+        self._out = out
+
+    def __call__(self, chunk: bytes | memoryview) -> None:
+        if self._thread.is_alive():
+            buf, n = self.take(len(chunk)), len(chunk)
+            buf[:n] = chunk
+            self.give(buf, n)
+        else:
+            self._hasher.update(chunk)
+        self._out.write(chunk)
+
+    def digest(self) -> str:
+        """Waits for every chunk, then gives the hex digest of all of them."""
+        return self.hexdigest()
+
+
+class HashingReader(_HashWorker):
     """An upload's body: `read()` reads the next chunk of `f` into a reused buffer on the
     connection's thread and hands it to a worker thread to hash while the connection sends
     it (the two only read it). The chunks come in order, each valid until the next call;
     the last one only once the worker hashed all `size` bytes to `digest`, else
-    `mismatch(digest, actual)` is raised instead, so the server never gets a whole body.
-    Use it in a `with`: leaving stops the worker."""
+    `mismatch(digest, actual)` is raised instead, so the server never gets a whole body."""
 
     def __init__(self, f: IO[bytes], digest: str, size: int,
                  mismatch: type[Exception]) -> None:
+        super().__init__("hefbuild-hash-out")
         self._f, self._digest, self._left, self._mismatch = f, digest, size, mismatch
-        self._hasher, self._free = hashlib.sha256(), _ring()
-        self._work = queue.SimpleQueue[tuple[bytearray, int] | None]()
         self._ended = False
-        self._thread = threading.Thread(target=self._run, name="hefbuild-hash-out",
-                                        daemon=True)
-        self._thread.start()
 
     def read(self, _n: int = -1) -> memoryview | bytes:
         if self._ended:
             return b""
-        buf = self._free.get()  # waits while the hash is DEPTH chunks behind
+        buf = self.take()
         wanted = min(CHUNK, self._left)
         n = self._f.readinto(memoryview(buf)[:wanted]) if wanted else 0
         self._left -= n
         if n:
-            self._work.put((buf, n))
+            self.give(buf, n)
         if self._left > 0 and n == wanted:  # not the last chunk, nor a file cut short
             return memoryview(buf)[:n]
         self._ended = True
@@ -117,25 +129,6 @@ class HashingReader:
         return memoryview(buf)[:n] if n else b""
 
     def _check(self) -> None:
-        self._stop()
-        actual = self._hasher.hexdigest()
+        actual = self.hexdigest()
         if self._left != 0 or self._f.read(1) or actual != self._digest:
             raise self._mismatch(self._digest, actual)
-
-    def _run(self) -> None:
-        while (item := self._work.get()) is not None:
-            buf, n = item
-            self._hasher.update(memoryview(buf)[:n])
-            self._free.put(buf)
-
-    def _stop(self) -> None:
-        if self._thread.is_alive():
-            self._work.put(None)
-            self._thread.join()
-
-    def __enter__(self) -> HashingReader:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._stop()
