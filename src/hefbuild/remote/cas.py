@@ -110,16 +110,15 @@ class BlobStore:
             raise exc.cause from None  # the local disk, not the cache
 
     def _download(self, digest: str, store: Store, size: int | None) -> int | None:
-        with store.incoming() as (path, out):
-            with HashingWriter(out, size is None or size >= overlap.FROM) as sink:
+        with store.incoming(digest) as new:
+            with HashingWriter(new.out, size is None or size >= overlap.FROM) as sink:
                 with self._refusing(digest):
                     got = self._t.get(f"cas/{digest}", sink, size)
                 actual = sink.digest()
-            out.close()
             if got is None:
                 return None
             self._check(digest, size, got, actual)
-            store.put_verified(path, digest)
+            store.adopt(new, digest)
         with self._count:
             self.received += got
         return got

@@ -5,7 +5,8 @@ On-disk layout (format v1), under the store root:
     v1/objects/<d[:2]>/<d[2:]>   one file per content digest, read-only (0444)
     v1/results/<k[:2]>/<k>.json  one record per action key (see `Record`)
     v1/tmp/                      scratch dirs and temp files; same filesystem, so every
-                                 publish is a rename, atomic
+                                 publish is a rename or a link, atomic (a download is an
+                                 unnamed file in its shard until checked: incoming.py)
     v1/locks/<k[:2]>/<k>.lock    held (flock) by the one process building key k, so two
                                  builders of one key build it once
     v1/projects/<id>.json        the projects whose build/ links objects (for `doit gc`)
@@ -33,10 +34,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from ..digest import Digest, sha256_file
 from ..errors import StoreError
+from .incoming import Incoming
 
 if TYPE_CHECKING:  # sqlite3 only where a store is used, not on a no-op
     from .statcache import StatCache
@@ -144,39 +146,26 @@ class Store:
         os.chmod(tmp, 0o444)
         return Path(tmp)
 
-    @contextmanager
-    def incoming(self) -> Iterator[tuple[Path, IO[bytes]]]:
-        """A temp file in the store being written by a download; gone unless adopted."""
+    def incoming(self, digest: str) -> Incoming:
+        """The object `digest` being written (by a download), in a `with`: `adopt` it once
+        its bytes are checked; otherwise nothing of it remains (incoming.py)."""
         self._dirs()
-        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp", prefix=f"incoming-{os.getpid()}-")
-        out = os.fdopen(fd, "wb")
-        try:
-            yield Path(tmp), out
-        finally:
-            out.close()
-            Path(tmp).unlink(missing_ok=True)
+        return Incoming(self.object_path(digest), self.root / "tmp")
 
-    def put_verified(self, path: Path, digest: str) -> None:
-        """Adopt a file whose SHA-256 the caller just computed while writing it."""
-        dest = self.object_path(digest)
-        os.chmod(path, 0o444)
-        try:
-            os.replace(path, dest)
-        except FileNotFoundError:  # the first object of its shard: make the shard, once
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, dest)
-        self._stats.remember(dest, Digest(digest))
+    def adopt(self, new: Incoming, digest: str) -> None:
+        """Publish an incoming object whose SHA-256 the caller computed as it was written."""
+        new.publish()
+        self._stats.remember(new.dest, Digest(digest))
 
     def batch(self) -> AbstractContextManager[None]:
         """Many objects put at once: their stat-cache rows are written in one transaction."""
         return self._stats.deferred()
 
     def put_verified_bytes(self, data: bytes | memoryview, digest: str) -> None:
-        """Adopt bytes whose SHA-256 the caller just computed: a temp file, renamed."""
-        with self.incoming() as (path, out):
-            out.write(data)
-            out.close()
-            self.put_verified(path, digest)
+        """Adopt bytes whose SHA-256 the caller just computed."""
+        with self.incoming(digest) as new:
+            new.out.write(data)
+            self.adopt(new, digest)
 
     def touch(self, key: str) -> None:
         """Mark a record as used now (least recently used records are collected first)."""
