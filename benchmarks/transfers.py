@@ -20,7 +20,10 @@ one at a time vs a single sequential curl (keep-alive) as a baseline.
 Links: plain loopback, and a link shaped to 100 MB/s with 20 ms round trip by a proxy on
 127.0.0.1 the benchmark starts (`shaping_proxy.py`; the kernel here has no netem) that both
 contenders go through. The ratio is curl's time / hefbuild's (>= 1: hefbuild as fast);
-the goal is >= 0.95. Needs nginx and curl (`.ci/setup` installs both). Asserts nothing.
+the goal is >= 0.95. Each row also gives the CPU seconds each client used (ours/curl):
+hashing 200 MiB with SHA-256 is about 0.1 s of CPU that curl does not spend, so on a machine
+whose few cores nginx shares, the loopback rows are bound by CPU. Needs nginx and curl
+(`.ci/setup` installs both). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -84,11 +88,23 @@ class Contender:
     run: Callable[[], None]
 
 
-def timed(contender: Contender) -> float:
+@dataclass
+class Run:
+    seconds: float
+    cpu: float  # user + system seconds of this process and of the children it reaped
+
+
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), \
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(contender: Contender) -> Run:
     contender.prepare()
-    start = time.perf_counter()
+    cpu, start = _cpu(), time.perf_counter()
     contender.run()
-    return time.perf_counter() - start
+    return Run(time.perf_counter() - start, _cpu() - cpu)
 
 
 class Bench:
@@ -167,7 +183,7 @@ class Bench:
         return Contender(lambda: self.unseed(digests), run)
 
 
-def race(rounds: int, a: Contender, b: Contender) -> tuple[list[float], list[float]]:
+def race(rounds: int, a: Contender, b: Contender) -> tuple[list[Run], list[Run]]:
     """`rounds` alternating runs (the order flips each round), after a warm-up: the times of
     each, round by round."""
     timed(a), timed(b)
@@ -178,16 +194,23 @@ def race(rounds: int, a: Contender, b: Contender) -> tuple[list[float], list[flo
     return ta, tb
 
 
-def row(label: str, nbytes: int, ours: list[float], curl: list[float]) -> None:
+def row(label: str, nbytes: int, ours: list[Run], curl: list[Run]) -> None:
     """Throughputs are medians; the ratio is the median of each round's own ratio, so that
     a machine slower for a while slows both sides of the rounds it spans (the quartiles of
-    those ratios show the noise)."""
-    ratios = sorted(c / o for c, o in zip(curl, ours, strict=True))
+    those ratios show the noise). The CPU seconds (medians) are the client's: where the
+    server shares the cores, a client that needs more CPU cannot keep up however it
+    overlaps its work, and hefbuild hashes every byte while curl hashes none."""
+    ratios = sorted(c.seconds / o.seconds for c, o in zip(curl, ours, strict=True))
     ratio = statistics.median(ratios)
     low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratio,) * 3
     mib = nbytes / MIB
-    print(f"{label:<58} {mib / statistics.median(ours):>6.0f} {mib / statistics.median(curl):>6.0f}"
-          f"  {ratio:>5.2f} ({low:.2f}-{high:.2f})  {'met' if ratio >= GOAL else 'MISSED'}")
+
+    def median(runs: list[Run], field: str) -> float:
+        return statistics.median(getattr(r, field) for r in runs)
+    cpu = f"{median(ours, 'cpu'):.2f}/{median(curl, 'cpu'):.2f}"
+    print(f"{label:<58} {mib / median(ours, 'seconds'):>6.0f} "
+          f"{mib / median(curl, 'seconds'):>6.0f}  {ratio:>5.2f} ({low:.2f}-{high:.2f}) "
+          f"{cpu:>10}  {'met' if ratio >= GOAL else 'MISSED'}")
 
 
 def bench(args: argparse.Namespace, work: Path) -> None:
@@ -200,7 +223,7 @@ def bench(args: argparse.Namespace, work: Path) -> None:
         b = Bench(work, nginx, blobs)
         links = {"loopback": None, "shaped": (SHAPED_RATE, SHAPED_RTT)}
         print(f"{'row (MiB/s: hefbuild, curl; ratio curl/hefbuild time, quartiles)':<58} "
-              f"{'ours':>6} {'curl':>6}  ratio              goal {GOAL}")
+              f"{'ours':>6} {'curl':>6}  ratio             cpu s o/c  goal {GOAL}")
         for name in args.links:
             shape = links[name]
             proxy = ShapingProxy(("127.0.0.1", nginx.port), *shape).start() if shape else None
