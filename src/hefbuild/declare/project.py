@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from .filesig import stat_signature
 from .layout import STATE_DIR
 from .settings import Settings, load_settings
 from .specs import ModelSpec, load_model
-from .targets import load_targets
+from .targets import TargetSpec, load_targets
 from .toolchains import ToolchainSpec, load_toolchain
 
 
@@ -92,18 +93,55 @@ def _load_declarations(paths: ProjectPaths, root: Path, strict: bool) -> Declara
     models, broken = {}, {}
     for path in sorted(paths.models.glob("*.toml")):
         try:
-            signed = stat_signature(str(path))
-            model = load_model(path, root, set(toolchains), targets)
-            lock = _lock_path(model, path, root)
-            declared = ((_shown(path, root), signed),
-                        (_shown(lock, root), stat_signature(str(lock))))
-            model = _with_lock(model, lock, root)
-            models.update(_with_variants(replace(model, declared=declared)))
+            models.update(_model_file(path, root, set(toolchains), targets))
         except SpecError as exc:
             if strict:
                 raise
             broken[path.stem] = str(exc)
     return models, toolchains, broken
+
+
+def reload_models(root: Path, toolchains: Mapping[str, ToolchainSpec],
+                  before: Mapping[str, ModelSpec]) -> tuple[dict[str, ModelSpec], dict[str, str]]:
+    """The models of `models/` (and the files that fail to load, as `broken`), when only
+    model files may have changed since `before` was loaded: the models of a file whose TOML
+    and lock are as they were when it was read are taken from `before`; only the others
+    (edited, added, or broken before) are loaded. The same models as a whole load."""
+    root = root.absolute()
+    kept: dict[str, dict[str, ModelSpec]] = {}
+    for name, model in before.items():
+        if model.declared:
+            kept.setdefault(model.declared[0][0], {})[name] = model
+    targets: dict[str, TargetSpec] | None = None
+    models: dict[str, ModelSpec] = {}
+    broken: dict[str, str] = {}
+    for path in sorted((root / "models").glob("*.toml")):
+        same = kept.get(_shown(path, root))
+        if same and _as_declared(next(iter(same.values())), root):
+            models.update(same)
+            continue
+        targets = load_targets(root) if targets is None else targets
+        try:
+            models.update(_model_file(path, root, set(toolchains), targets))
+        except SpecError as exc:
+            broken[path.stem] = str(exc)
+    return models, broken
+
+
+def _model_file(path: Path, root: Path, toolchains: set[str],
+                targets: dict[str, TargetSpec]) -> dict[str, ModelSpec]:
+    """The model of one file and its variants, each with its files' signatures as they were
+    before they were read (an edit during the load shows as a difference next time)."""
+    signed = stat_signature(str(path))
+    model = load_model(path, root, toolchains, targets)
+    lock = _lock_path(model, path, root)
+    declared = ((_shown(path, root), signed), (_shown(lock, root), stat_signature(str(lock))))
+    model = _with_lock(model, lock, root)
+    return _with_variants(replace(model, declared=declared))
+
+
+def _as_declared(model: ModelSpec, root: Path) -> bool:
+    return all(stat_signature(str(root / shown)) == sig for shown, sig in model.declared)
 
 
 def _with_variants(model: ModelSpec) -> dict[str, ModelSpec]:

@@ -8,11 +8,14 @@ files), the existence of every file a declaration
 names (file parameters, rules, Dockerfiles: loading checks they exist), and hefbuild's own loader
 code; the stats are taken before any file is read, so that an edit during a load shows as a
 difference next time. Any difference, and the TOML is loaded and checked as before, with the
-same errors.
+same errors; where only model files differ, only those are (a model keeps the signatures its
+files had when read: `ModelSpec.declared`), so an edit of one model of 1000 costs loading
+that one.
 Settings (`hefbuild.toml` and the environment) are read on every invocation.
 
 On disk: `.hefbuild/project.pickle` = (FORMAT, stamp, (every model's bytes, shared
-pipelines, name -> a model's bytes), toolchains, broken models, named files); a model is
+pipelines, name -> a model's bytes), toolchains, broken models, named files, the stamp
+without the model files); a model is
 unpickled when first asked for, or all of them at once (`lazymodels`).
 """
 
@@ -23,15 +26,15 @@ import pickle
 from dataclasses import replace
 from pathlib import Path
 
-from ..declare.project import Project, load_project
+from ..declare.project import Project, load_project, reload_models
 from .actions import plan_model
 from .lazymodels import LazyModels, pickled
 from .stamp import declarations_stamp, folders_stamp
 
-FORMAT = 11  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
+FORMAT = 12  # 4: a model carries its variants; 5: stages carry resources; 6: and code;
 # 7: a model says why it is manual; 8: and which of its parameters nothing reads; 9: each
 # model pickled on its own; 10: and all of them together; 11: a model has its
-# files' signatures
+# files' signatures; 12: and the stamp without the model files is kept
 
 
 def load_project_cached(root: Path, store: Path | None = None) -> Project:
@@ -40,22 +43,31 @@ def load_project_cached(root: Path, store: Path | None = None) -> Project:
     # Stat-ed before anything is read: an edit while the TOML is read shows next time.
     folders, shared = folders_stamp(root), folders_stamp(root, models=False)
     cached = _read(cache)
-    if cached is not None:
-        stamp, (every, pipelines, blobs), toolchains, broken, named = cached
-        stamp_now = declarations_stamp(root, named, folders)
-        if stamp == stamp_now:
-            models = LazyModels(every, pipelines, blobs,
-                                lambda: load_project(root, store, strict=False).models)
-            project = load_project(root, store, declarations=(models, toolchains, broken))
-            return replace(project, stamp=stamp_now, named=named,
-                           shared=declarations_stamp(root, named, shared))
-    project = load_project(root, store, strict=False)
+    if cached is None:
+        return _loaded(load_project(root, store, strict=False), cache, folders, shared)
+    stamp, (every, pipelines, blobs), toolchains, broken, named, shared_then = cached
+    models = LazyModels(every, pipelines, blobs,
+                        lambda: load_project(root, store, strict=False).models)
+    if stamp == declarations_stamp(root, named, folders):
+        project = load_project(root, store, declarations=(models, toolchains, broken))
+        return replace(project, stamp=stamp, named=named,
+                       shared=declarations_stamp(root, named, shared))
+    if shared_then == declarations_stamp(root, named, shared):
+        # Only model files changed (an edit, a lock, a new model): load those alone.
+        kept, broken = reload_models(root, toolchains, models)
+        project = load_project(root, store, declarations=(kept, toolchains, broken))
+        return _loaded(project, cache, folders, shared)
+    return _loaded(load_project(root, store, strict=False), cache, folders, shared)
+
+
+def _loaded(project: Project, cache: Path, folders: str, shared: str) -> Project:
+    """A project just loaded (in whole or in part), written to the cache with its stamps."""
+    root = project.paths.root
     named = named_files(project)
-    stamp = declarations_stamp(root, named, folders)
+    stamp, shared_stamp = (declarations_stamp(root, named, f) for f in (folders, shared))
     _write(cache, (FORMAT, stamp, pickled(project.models), project.toolchains, project.broken,
-                   named))
-    return replace(project, stamp=stamp, named=named,
-                   shared=declarations_stamp(root, named, shared))
+                   named, shared_stamp))
+    return replace(project, stamp=stamp, named=named, shared=shared_stamp)
 
 
 def named_files(project: Project) -> tuple[str, ...]:
@@ -89,7 +101,7 @@ def _read(cache: Path) -> tuple | None:
             doc = pickle.load(f)
     except Exception:  # noqa: BLE001 - any unreadable cache is a miss
         return None
-    if not isinstance(doc, tuple) or len(doc) != 6 or doc[0] != FORMAT:
+    if not isinstance(doc, tuple) or len(doc) != 7 or doc[0] != FORMAT:
         return None
     models = doc[2]
     if not (isinstance(models, tuple) and len(models) == 3 and isinstance(models[2], dict)):
