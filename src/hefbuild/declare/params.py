@@ -66,18 +66,7 @@ def check_value(value: Any, pdef: ParamDef) -> str | None:
 
 
 def _type_error(value: Any, ptype: ParamType) -> str | None:
-    ok = {
-        ParamType.INT: isinstance(value, int) and not isinstance(value, bool),
-        ParamType.FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool)
-        and math.isfinite(value),
-        ParamType.BOOL: isinstance(value, bool),
-        ParamType.STR: isinstance(value, str),
-        ParamType.FILE: isinstance(value, str) and value != "",
-        ParamType.STR_LIST: isinstance(value, list) and all(isinstance(v, str) for v in value),
-        ParamType.DURATION: _parses(parse_duration, value),
-        ParamType.SIZE: _parses(parse_size, value),
-    }[ptype]
-    return None if ok else f"{ptype.value}, got {_describe(value)}"
+    return None if _FITS[ptype](value) else f"{ptype.value}, got {_describe(value)}"
 
 
 def _describe(value: Any) -> str:
@@ -137,6 +126,20 @@ def _parses(parse: Any, value: Any) -> bool:
     except (ValueError, TypeError, OverflowError):
         return False
     return True
+
+
+# One check per type, run alone: every value of every model passes through here.
+_FITS: dict[ParamType, Any] = {
+    ParamType.INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    ParamType.FLOAT: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    and math.isfinite(v),
+    ParamType.BOOL: lambda v: isinstance(v, bool),
+    ParamType.STR: lambda v: isinstance(v, str),
+    ParamType.FILE: lambda v: isinstance(v, str) and v != "",
+    ParamType.STR_LIST: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    ParamType.DURATION: lambda v: _parses(parse_duration, v),
+    ParamType.SIZE: lambda v: _parses(parse_size, v),
+}
 
 
 def check_params(
