@@ -245,6 +245,39 @@ def test_a_model_no_task_asked_about_keeps_its_verdicts_through_a_save(tmp_path)
     assert FastPath(tmp_path / "fastpath.bin", tmp_path).still_uptodate("a:m2", "s") is None
 
 
+def test_a_save_encodes_again_only_the_models_whose_verdicts_changed(tmp_path):
+    """A no-op after an edit of one model of 1000 asks about every task (so decodes every
+    group) and changes one model's verdicts: the others are written back byte for byte as
+    read, and still answer; a dropped verdict is gone after the save."""
+    (tmp_path / "out.txt").write_text("1")
+    first = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    paths = first.indexes(["out.txt"])
+    for model in ("m1", "m2", "m3"):
+        for stage in ("a", "b"):
+            first.record(f"{stage}:{model}",
+                         Verdict(first.fingerprint("s", paths), f"k-{model}", paths))
+    first.save()
+    _, before = read_groups(tmp_path / "fastpath.bin")
+    second = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    assert [second.still_uptodate(f"a:{m}", "s") for m in ("m1", "m2", "m3")] == \
+        ["k-m1", "k-m2", "k-m3"]  # every group decoded
+    mine = second.indexes(["out.txt"])
+    second.record("a:m2", Verdict(second.fingerprint("s", mine), "k-m2-new", mine))
+    second.drop("b:m3")
+    encoded = []
+    real = second._encoded
+    second._encoded = lambda verdicts: encoded.append(verdicts[0][0]) or real(verdicts)
+    second.save()
+    assert sorted(encoded) == ["a:m2", "a:m3"]  # m1's group is not encoded again
+    _, after = read_groups(tmp_path / "fastpath.bin")
+    assert after["m1"] == before["m1"]
+    assert after["m2"] != before["m2"] and after["m3"] != before["m3"]
+    third = FastPath(tmp_path / "fastpath.bin", tmp_path)
+    assert [third.still_uptodate(t, "s") for t in ("a:m1", "b:m1", "a:m2", "b:m2", "a:m3",
+                                                   "b:m3")] == \
+        ["k-m1", "k-m1", "k-m2-new", "k-m2", "k-m3", None]
+
+
 def test_a_built_task_leaves_a_verdict_the_next_invocation_uses(make_engine):
     engine = make_engine()
     assert run_all(engine) == ["built"] * len(TASKS)

@@ -25,8 +25,9 @@ On disk: `.hefbuild/fastpath.bin`, a group file (store/groupfile.py) of one grou
 model (task names end in `:<model>`) with meta {"format": 5}; each group the marshal of
 ([relative paths...], {task: (fingerprint, key, (indexes into those paths...), note)}).
 A model's group is read and decoded when one of its tasks is first asked about: a no-op of
-one model of 1000 maps the file and reads one group, and a group no task of the invocation
-touched is written back as it was read. (marshal: 5000 tasks in a few milliseconds, where
+one model of 1000 maps the file and reads one group, and a group whose verdicts did not
+change is written back as it was read, decoded or not (after an edit of one model of 1000,
+a save encodes that model's group alone). (marshal: 5000 tasks in a few milliseconds, where
 JSON took tens.)
 """
 
@@ -68,6 +69,8 @@ class FastPath:
         self._paths: list[str] = []
         self._index: dict[str, int] | None = None  # made when a path is first looked up
         self._groups: MutableMapping[str, bytes] = {}  # model -> its verdicts, not yet decoded
+        self._read_as: dict[str, bytes] = {}  # model -> its group as read, once decoded
+        self._changed: set[str] = set()  # models a verdict of which was recorded or dropped
         self._sigs: dict[int, bytes] = {}  # path index -> its stat signature, this invocation
         # A verdict as read (a tuple) until it is asked for: a no-op of one model of 1000
         # reads the file but needs five of them.
@@ -185,6 +188,7 @@ class FastPath:
             self._decoded(task)[task] = verdict
             self._answers.clear()
             self._dirty = True
+            self._changed.add(_model_of(task))
 
     def portable(self, task: str) -> tuple[str, str, list[str], str] | None:
         """The task's verdict with its paths by name, for another process to `adopt` (the
@@ -209,21 +213,26 @@ class FastPath:
         if self._decoded(task).pop(task, None) is not None:
             self._answers.clear()
             self._dirty = True
+            self._changed.add(_model_of(task))
 
     def save(self) -> None:
         if not self._dirty or self._verdicts is None:
             return
         by_model: dict[str, list[str]] = {}
         for task in sorted(self._verdicts):
-            by_model.setdefault(_model_of(task), []).append(task)
-        # untouched: as they were read (a damaged one is left out)
+            if (model := _model_of(task)) in self._changed:
+                by_model.setdefault(model, []).append(task)
+        # Untouched, decoded or not: as they were read (one edited model of 1000 re-encodes
+        # its own group only; a damaged one not decoded is left out).
         groups = {m: g for m in self._groups if (g := self._groups.get(m)) is not None}
+        groups.update((m, g) for m, g in self._read_as.items() if m not in self._changed)
         for model, tasks in by_model.items():
             groups[model] = self._encoded([(t, v) for t in tasks
                                            if (v := self.verdict(t)) is not None])
         with suppress(OSError):  # a cache: the next run takes the full path
             write_groups(self._file, {"format": FORMAT}, groups)
         self._dirty = False
+        self._changed.clear()
 
     def _load(self) -> dict[str, Verdict | tuple]:
         if self._verdicts is None:
@@ -236,7 +245,8 @@ class FastPath:
         verdicts = self._verdicts
         if verdicts is None:
             verdicts = self._load()
-        group = self._groups.pop(task.partition(":")[2], None)  # its model's (`_model_of`)
+        model = task.partition(":")[2]  # `_model_of`
+        group = self._groups.pop(model, None)
         if group is None:
             return verdicts
         try:
@@ -245,6 +255,7 @@ class FastPath:
             entries = list(tasks.items())
         except (ValueError, EOFError, TypeError, AttributeError):
             return verdicts  # a damaged group: its tasks take the full path
+        self._read_as[model] = group
         at = local.__getitem__
         for name, raw in entries:
             try:
