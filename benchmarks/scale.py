@@ -1,7 +1,7 @@
 """hefbuild at scale, as ratios against a baseline run side by side (machines are noisy).
 
     python benchmarks/scale.py [--runs N] [--big-mib M] [--sizes 5,50,250,1000,5000]
-                               [--rows 1,2,3,4,5,6]
+                               [--rows 1,2,3,4,5,6,7]
 
 Run it on a quiet machine (`uptime` near 0 before and after; the figures of a loaded one
 swing by half), with bytecode caches allowed, as users have them:
@@ -29,7 +29,11 @@ The table ends with the exact commands of each timed row and the folders they ra
 (6) `doit verify` with the largest size's models, each round after touching one model file
     (its mtime: the file is as good as edited) vs the same no-op with nothing touched: what
     an edit to one model costs the next run (the other models' verdicts stand).
-Rows (1), (2), (4), (5) and (6) alternate their contenders (the order changes every round)
+(7) `doit verify` with the largest size's models, each round after the fast path's verdicts
+    are removed (`.hefbuild/fastpath.bin`), so that every task is decided in full: keys
+    computed, manifests read, as after an edit to a target or a toolchain vs the same no-op
+    with its verdicts: what such an edit costs the next run.
+Rows (1), (2), (4), (5), (6) and (7) alternate their contenders (the order changes every round)
 after one untimed warm-up each; (3) repeats its scenario from `rm -rf build` on. Medians
 of --runs rounds (default 9; of max(3, runs // 2) for (3)). Prints one table; asserts
 nothing.
@@ -245,6 +249,20 @@ def bench_model_edit(work: Path, env: dict[str, str], runs: int,
                             timer(cmd, project, env), runs)
     return Row(f"(6) `doit verify` after one model file of {n} is touched{note} "
                f"(B: the same no-op, nothing touched)", hef, base, "s", "-")
+
+
+def bench_full_path(work: Path, env: dict[str, str], runs: int,
+                    projects: dict[int, Path]) -> Row:
+    n = max((k for k in projects if k > 1), default=1000)
+    project = projects.get(n) or many_models_project(work / f"scale-{n}", n, env)
+    verdicts = project / ".hefbuild" / "fastpath.bin"
+    cmd = DOIT + ["verify"]
+    note = noop_note(run(cmd, project, env), n * STAGES)
+    hef, base = interleaved(
+        timer(cmd, project, env, before=lambda: verdicts.unlink(missing_ok=True)),
+        timer(cmd, project, env), runs)
+    return Row(f"(7) `doit verify` of {n} models with no verdicts kept (every task decided in "
+               f"full){note} (B: the same no-op with them)", hef, base, "s", "-")
 
 
 # -- (3): restoring a big output, in-process -----------------------------------------
@@ -487,7 +505,7 @@ def main() -> None:
     parser.add_argument("--big-mib", type=int, default=2048)
     parser.add_argument("--sizes", default="5,50,250,1000,5000",
                         help="numbers of stage tasks (5 per model), comma-separated")
-    parser.add_argument("--rows", default="1,2,3,4,5,6", help="which rows, comma-separated")
+    parser.add_argument("--rows", default="1,2,3,4,5,6,7", help="which rows, comma-separated")
     args = parser.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     wanted = {int(r) for r in args.rows.split(",") if r.strip()}
@@ -504,6 +522,8 @@ def main() -> None:
             rows.append(bench_declared(work, env, args.runs, projects))
         if 6 in wanted:
             rows.append(bench_model_edit(work, env, args.runs, projects))
+        if 7 in wanted:
+            rows.append(bench_full_path(work, env, args.runs, projects))
         for path in projects.values():
             shutil.rmtree(path, ignore_errors=True)
         if 3 in wanted:
