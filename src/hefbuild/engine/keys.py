@@ -5,7 +5,7 @@ environment (plan/key.py makes the canonical description and its digest)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import SpecError, StageError
 from ..plan.actions import Action, rule_code_files
@@ -19,10 +19,19 @@ MANIFEST = "manifest.json"
 IN_REMOTE = "in_remote"
 
 
+class RuleFile(NamedTuple):
+    path: str
+    in_rules: str  # its name under rules/ (as the key has it)
+    in_root: str  # and under the project root (as the fast path lists it)
+
+
 class KeyMaker:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._rule_files: dict[tuple[str, ...], list[Path]] = {}  # (rule, code...) -> files
+        # (rule, code...) -> each file: its path, and its name under rules/ and the root.
+        # Made once per invocation: a no-op's full path of 5000 tasks spent a fifth of its
+        # time building these Paths and their relative names again.
+        self._rule_files: dict[tuple[str, ...], list[RuleFile]] = {}
 
     def key_of(self, action: Action) -> ActionKey:
         ctx = self.ctx
@@ -43,12 +52,15 @@ class KeyMaker:
             gpu=action.limits.gpu,
         ))
 
-    def rule_paths(self, action: Action) -> list[Path]:
+    def rule_files(self, action: Action) -> list[RuleFile]:
         code = (action.rule, *action.code)
-        if code not in self._rule_files:
-            self._rule_files[code] = rule_code_files(self.ctx.paths.rules, action.rule,
-                                                     action.code)
-        return self._rule_files[code]
+        files = self._rule_files.get(code)
+        if files is None:
+            rules, root = self.ctx.paths.rules, self.ctx.paths.root
+            files = self._rule_files[code] = [
+                RuleFile(str(p), p.relative_to(rules).as_posix(), p.relative_to(root).as_posix())
+                for p in rule_code_files(rules, action.rule, action.code)]
+        return files
 
     def _check_pinned(self, action: Action) -> None:
         """The source stage must be fixed-output: a commit and a digest for every file."""
@@ -66,24 +78,25 @@ class KeyMaker:
                         f"run `doit lock:{locked}` where the hub is reachable to pin it")
 
     def _rule_digests(self, action: Action) -> dict[str, str]:
-        files = self.rule_paths(action)
+        files = self.rule_files(action)
         if not files:
             raise StageError(f"{action.task}: rule program rules/{action.rule} does not exist "
                              f"(the {action.target} pipeline expects it)")
-        return {p.relative_to(self.ctx.paths.rules).as_posix(): self.ctx.stats.digest(p).hex
-                for p in files}
+        digest = self.ctx.stats.digest
+        return {f.in_rules: digest(f.path).hex for f in files}
 
     def _input_digests(self, action: Action) -> dict[str, str]:
         digests = {}
-        root = self.ctx.paths.root
+        root = str(self.ctx.paths.root)
         for up in action.upstream:
-            manifest = read_json(root / f"build/{action.model}/{up}" / MANIFEST)
+            stage_dir = f"{root}/build/{action.model}/{up}"
+            manifest = read_json(f"{stage_dir}/{MANIFEST}")
             if manifest is None:
                 raise StageError(f"{action.task}: upstream {up}:{action.model} has no result in "
                                  f"build/ (run it first)")
             remote_only = set(manifest.get(IN_REMOTE, ()))
             for rel in sorted(manifest["outputs"]):
-                path = root / f"build/{action.model}/{up}" / rel
+                path = f"{stage_dir}/{rel}"
                 if rel in remote_only and not os.path.lexists(path):
                     digests[f"{up}/{rel}"] = manifest["outputs"][rel]["digest"]
                     continue

@@ -26,7 +26,7 @@ class VerdictMemo:
         """Every file a decision about `action` reads, as fast-path indexes."""
         fast, root = self.ctx.fast, self.ctx.paths.root
         declared = fast.pin(self.ctx.project.models[action.model].declared)
-        paths = [p.relative_to(root).as_posix() for p in self.keys.rule_paths(action)]
+        paths = [f.in_root for f in self.keys.rule_files(action)]
         paths += sorted(action.file_params.values())
         for up in action.upstream:
             paths += manifest_and_outputs(root, f"build/{action.model}/{up}")
@@ -49,6 +49,6 @@ class VerdictMemo:
 
 
 def manifest_and_outputs(root: Path, stage_dir: str) -> list[str]:
-    manifest = read_json(root / stage_dir / MANIFEST)
+    manifest = read_json(f"{root}/{stage_dir}/{MANIFEST}")
     outputs = sorted(manifest.get("outputs", {})) if manifest else []
     return [f"{stage_dir}/{MANIFEST}"] + [f"{stage_dir}/{rel}" for rel in outputs]

@@ -144,9 +144,10 @@ def _unix() -> float:
     return round(time.time(), 6)
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path | str) -> dict[str, Any] | None:
     try:
-        value = json.loads(path.read_text())
+        with open(path, encoding="utf-8") as f:
+            value = json.loads(f.read())
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None

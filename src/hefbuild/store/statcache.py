@@ -96,7 +96,7 @@ class StatCache:
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
         return self._conn
 
-    def digest(self, path: Path) -> Digest:
+    def digest(self, path: Path | str) -> Digest:
         """The file's SHA-256, hashing it only if its inode changed since last seen."""
         name = os.fspath(path)
         st = os.stat(name)
