@@ -1,5 +1,6 @@
 """What every step of the rebuilder shares for one invocation: the project, the store and
-its lock, the stat cache, toolchain identities, the fast path, the event log, and the one
+its lock, the stat cache, toolchain identities, the fast path, the manifests read, the
+event log, and the one
 place messages go (the terminal's progress lines, and warnings kept for the caller)."""
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from .manifests import ManifestReader
 
 if TYPE_CHECKING:
     from ..declare.checks import Checks
@@ -36,6 +39,7 @@ class Context:
     # task -> (toolchain, seconds) its toolchain's environment took to get ready
     # (engine/envs.py): not the stage's time, so its event, manifest and task line leave it out.
     env_waits: dict[str, tuple[str, float]] = field(default_factory=dict)
+    manifests: ManifestReader = field(default_factory=ManifestReader)
 
     def env_wait(self, task: str) -> float:
         return self.env_waits.get(task, ("", 0.0))[1]

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..plan.actions import Action
 from ..plan.key import ActionKey, short_reason
-from ..store.events import Outcome, read_json
+from ..store.events import Outcome
 from .context import Context
 from .keys import IN_REMOTE, MANIFEST, KeyMaker
 
@@ -30,7 +30,7 @@ class Decider:
     def decide(self, action: Action) -> Decision:
         key = self.keys.key_of(action)
         stage_dir = self.ctx.paths.root / action.out_dir
-        stale = self._stale(stage_dir, read_json(stage_dir / MANIFEST), key)
+        stale = self._stale(stage_dir, self.ctx.manifests.read(f"{stage_dir}/{MANIFEST}"), key)
         if stale is None:
             return Decision(Outcome.UPTODATE, "outputs in build/ match the current key", key)
         reason, why = stale

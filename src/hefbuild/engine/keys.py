@@ -10,7 +10,6 @@ from typing import NamedTuple
 from ..errors import SpecError, StageError
 from ..plan.actions import Action, rule_code_files
 from ..plan.key import ActionKey, describe
-from ..store.events import read_json
 from .context import Context
 
 MANIFEST = "manifest.json"
@@ -90,7 +89,7 @@ class KeyMaker:
         root = str(self.ctx.paths.root)
         for up in action.upstream:
             stage_dir = f"{root}/build/{action.model}/{up}"
-            manifest = read_json(f"{stage_dir}/{MANIFEST}")
+            manifest = self.ctx.manifests.read(f"{stage_dir}/{MANIFEST}")
             if manifest is None:
                 raise StageError(f"{action.task}: upstream {up}:{action.model} has no result in "
                                  f"build/ (run it first)")

@@ -4,11 +4,8 @@ or a run, with the check's one line for the next no-op to say."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..plan.actions import Action
 from ..plan.key import ActionKey
-from ..store.events import read_json
 from .context import Context
 from .fastpath import Verdict
 from .keys import MANIFEST, KeyMaker
@@ -24,21 +21,21 @@ class VerdictMemo:
 
     def depends_on(self, action: Action) -> tuple[int, ...]:
         """Every file a decision about `action` reads, as fast-path indexes."""
-        fast, root = self.ctx.fast, self.ctx.paths.root
+        fast = self.ctx.fast
         declared = fast.pin(self.ctx.project.models[action.model].declared)
         paths = [f.in_root for f in self.keys.rule_files(action)]
         paths += sorted(action.file_params.values())
         for up in action.upstream:
-            paths += manifest_and_outputs(root, f"build/{action.model}/{up}")
+            paths += manifest_and_outputs(self.ctx, f"build/{action.model}/{up}")
         indexes = declared + fast.indexes(paths)
-        own = fast.indexes(manifest_and_outputs(root, action.out_dir))
+        own = fast.indexes(manifest_and_outputs(self.ctx, action.out_dir))
         fast.fingerprint("", indexes + own)  # stat each once, now
         return indexes
 
     def keep(self, action: Action, key: ActionKey, inputs: tuple[int, ...]) -> None:
         """The files the decision read (stat-ed before) and the outputs as build/ has them."""
         ctx = self.ctx
-        own = ctx.fast.indexes(manifest_and_outputs(ctx.paths.root, action.out_dir))
+        own = ctx.fast.indexes(manifest_and_outputs(ctx, action.out_dir))
         paths = inputs + own
         note = check_verdict(ctx.paths.root, action.task, checks=ctx.checks)
         ctx.fast.record(action.task, Verdict(ctx.fast.fingerprint(self._stamp(action), paths),
@@ -48,7 +45,7 @@ class VerdictMemo:
         return self.ctx.fast.stamp(action.toolchain)
 
 
-def manifest_and_outputs(root: Path, stage_dir: str) -> list[str]:
-    manifest = read_json(f"{root}/{stage_dir}/{MANIFEST}")
+def manifest_and_outputs(ctx: Context, stage_dir: str) -> list[str]:
+    manifest = ctx.manifests.read(f"{ctx.paths.root}/{stage_dir}/{MANIFEST}")
     outputs = sorted(manifest.get("outputs", {})) if manifest else []
     return [f"{stage_dir}/{MANIFEST}"] + [f"{stage_dir}/{rel}" for rel in outputs]
