@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -90,14 +91,7 @@ def _load_declarations(paths: ProjectPaths, root: Path, strict: bool) -> Declara
     if "host" not in toolchains:
         raise SpecError("toolchain/host.toml", "", "missing: the embedded default toolchain")
     targets = load_targets(root)  # a bad target file always raises: models name targets
-    models, broken = {}, {}
-    for path in sorted(paths.models.glob("*.toml")):
-        try:
-            models.update(_model_file(path, root, set(toolchains), targets))
-        except SpecError as exc:
-            if strict:
-                raise
-            broken[path.stem] = str(exc)
+    models, broken = _models(root, set(toolchains), lambda: targets, strict)
     return models, toolchains, broken
 
 
@@ -112,18 +106,28 @@ def reload_models(root: Path, toolchains: Mapping[str, ToolchainSpec],
     for name, model in before.items():
         if model.declared:
             kept.setdefault(model.declared[0][0], {})[name] = model
-    targets: dict[str, TargetSpec] | None = None
+    targets = functools.cache(lambda: load_targets(root))  # read only if a file must load
+    return _models(root, set(toolchains), targets, strict=False, kept=kept)
+
+
+def _models(root: Path, toolchains: set[str], targets: Callable[[], dict[str, TargetSpec]],
+            strict: bool, kept: Mapping[str, dict[str, ModelSpec]] | None = None,
+            ) -> tuple[dict[str, ModelSpec], dict[str, str]]:
+    """Each file of `models/` loaded, or taken from `kept` (its TOML's name -> its models)
+    while its files are as they were when those were read; a file that fails to load raises
+    when `strict`, else is set aside in `broken`."""
     models: dict[str, ModelSpec] = {}
     broken: dict[str, str] = {}
     for path in sorted((root / "models").glob("*.toml")):
-        same = kept.get(_shown(path, root))
+        same = kept.get(_shown(path, root)) if kept else None
         if same and _as_declared(next(iter(same.values())), root):
             models.update(same)
             continue
-        targets = load_targets(root) if targets is None else targets
         try:
-            models.update(_model_file(path, root, set(toolchains), targets))
+            models.update(_model_file(path, root, toolchains, targets()))
         except SpecError as exc:
+            if strict:
+                raise
             broken[path.stem] = str(exc)
     return models, broken
 
