@@ -21,6 +21,7 @@ over one that was found damaged.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import secrets
 import tempfile
@@ -30,6 +31,13 @@ from typing import IO
 _PROC_FD = "/proc/self/fd"
 # What open(O_TMPFILE) answers where the filesystem or the kernel cannot make unnamed files.
 _UNSUPPORTED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
+
+
+@functools.cache
+def _proc_mounted() -> bool:
+    """Whether a file's descriptor can be linked through /proc (asked once a process: a
+    download of 200 blobs asked 200 times)."""
+    return os.path.isdir(_PROC_FD)
 
 
 class Incoming:
@@ -42,7 +50,7 @@ class Incoming:
         self.out: IO[bytes] = self._unnamed() or self._named_temp()
 
     def _unnamed(self) -> IO[bytes] | None:
-        if not os.path.isdir(_PROC_FD):
+        if not _proc_mounted():
             return None
         try:
             fd = os.open(self.dest.parent, os.O_TMPFILE | os.O_WRONLY, 0o444)
