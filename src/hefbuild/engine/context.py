@@ -1,7 +1,7 @@
 """What every step of the rebuilder shares for one invocation: the project, the store and
 its lock, the stat cache, toolchain identities, the fast path, the manifests read, the
-event log, and the one
-place messages go (the terminal's progress lines, and warnings kept for the caller)."""
+event log, and the one place messages go (the terminal's progress lines, and warnings kept
+for the caller)."""
 
 from __future__ import annotations
 
