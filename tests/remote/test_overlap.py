@@ -16,11 +16,12 @@ import pytest
 from fakes.cache_server import NginxCache
 
 from hefbuild.declare.settings import CacheSettings
+from hefbuild.remote import http as http_module
 from hefbuild.remote import overlap
 from hefbuild.remote.cas import BlobStore, WrongBytes
 from hefbuild.remote.http import HttpTransport
 from hefbuild.remote.overlap import CHUNK, HashingReader, HashingWriter
-from hefbuild.remote.problems import CorruptSource
+from hefbuild.remote.problems import CorruptSource, Oversized, SinkError
 from hefbuild.store.statcache import StatCache
 from hefbuild.store.store import Store
 
@@ -174,4 +175,54 @@ def test_large_blobs_go_up_and_come_back_verified_through_nginx(tmp_path):
             BlobStore(settings(nginx.url)).download(digest, store, size)
         assert not store.object_path(digest).exists()
         assert list((store.root / "tmp").iterdir()) == []
+    assert workers() == []
+
+
+class Body:
+    """An HTTP response's body as http.client gives it: readinto in pieces of odd sizes."""
+
+    def __init__(self, data: bytes, length: int | None = None) -> None:
+        self.data, self.at, self.closed = data, 0, False
+        self.buffers: set[int] = set()  # the buffers it was asked to fill
+        self.length = len(data) if length is None else length
+
+    def getheader(self, name: str, default: str | None = None) -> str | None:
+        return str(self.length) if name.lower() == "content-length" else default
+
+    def readinto(self, buf) -> int:  # noqa: ANN001
+        self.buffers.add(id(buf))
+        n = min(len(buf), 300_007, len(self.data) - self.at)
+        buf[:n] = self.data[self.at:self.at + n]
+        self.at += n
+        return n
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_body_is_received_straight_into_the_hashing_ring():
+    data = data_of(overlap.FROM + 3 * MIB + 5)
+    out, body = io.BytesIO(), Body(data)
+    with HashingWriter(out) as sink:
+        assert http_module._drain(body, sink, len(data)) == len(data)
+        digest = sink.digest()
+    assert out.getvalue() == data and digest == hashlib.sha256(data).hexdigest()
+    # filled in turn in the ring's buffers, where a copy to hash used a single one
+    assert 1 < len(body.buffers) <= overlap.DEPTH
+    assert workers() == []
+
+
+def test_a_body_longer_than_the_limit_is_refused_before_its_excess_is_written():
+    data = data_of(3 * MIB)
+    out, body = io.BytesIO(), Body(data, length=2 * MIB)  # a server that lies about it
+    with pytest.raises(Oversized), HashingWriter(out) as sink:
+        http_module._drain(body, sink, 2 * MIB)
+    assert body.closed and len(out.getvalue()) <= 2 * MIB
+    assert workers() == []
+
+
+def test_a_full_disk_under_the_ring_is_the_local_disk_not_the_cache():
+    with pytest.raises(SinkError) as caught, HashingWriter(FullDisk(2 * CHUNK)) as sink:
+        http_module._drain(Body(data_of(8 * MIB)), sink, 8 * MIB)
+    assert caught.value.cause.errno == errno.ENOSPC
     assert workers() == []

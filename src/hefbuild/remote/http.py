@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
 from . import expect, overlap
-from .overlap import HashingReader
+from .overlap import HashingReader, HashingWriter
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
 from .watchdog import SHARED, Deadline, Watchdog
 
@@ -236,16 +236,38 @@ def _fill(resp: http.client.HTTPResponse, into: memoryview) -> int:
 
 def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int:
     announced = _announced(resp, limit)
+    if isinstance(sink, HashingWriter) and (first := sink.vacant()) is not None:
+        return _complete(_refill(resp, sink, first, limit), announced)
     buf = bytearray(CHUNK if limit is None else max(1, min(CHUNK, limit + 1)))
     view = memoryview(buf)
     total = 0
     while n := resp.readinto(buf):
         total += n
-        if limit is not None and total > limit:
-            resp.close()
-            raise Oversized(limit, f"answer larger than the {limit} bytes expected")
+        _within(resp, total, limit)
         sunk(sink, view[:n])  # the sink consumes it before the next read
     return _complete(total, announced)
+
+
+def _refill(resp: http.client.HTTPResponse, sink: HashingWriter, buf: bytearray,
+            limit: int | None) -> int:
+    """The body received straight into the hashing ring's buffers, one copy fewer than a
+    chunk handed over (at 1 GiB that copy was a tenth of the client's CPU)."""
+    total = 0
+    while n := resp.readinto(buf):
+        total += n
+        _within(resp, total, limit)
+        try:
+            sink.filled(buf, n)
+        except OSError as exc:
+            raise SinkError(exc) from exc
+        buf = sink.take()  # the ring's next (waits while the hash is behind)
+    return total
+
+
+def _within(resp: http.client.HTTPResponse, total: int, limit: int | None) -> None:
+    if limit is not None and total > limit:
+        resp.close()
+        raise Oversized(limit, f"answer larger than the {limit} bytes expected")
 
 
 def _source(f: IO[bytes], digest: str | None) -> AbstractContextManager[object]:

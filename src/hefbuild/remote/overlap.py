@@ -95,6 +95,19 @@ class HashingWriter(_HashWorker):
             self._hasher.update(chunk)
         self._out.write(chunk)
 
+    def vacant(self) -> bytearray | None:
+        """A free buffer of the ring for a transport to receive the next chunk straight
+        into (then `filled`), which saves copying each chunk to hash it; None when hashing
+        on this thread (nothing to save)."""
+        return self.take() if self._thread.is_alive() else None
+
+    def filled(self, buf: bytearray, n: int) -> None:
+        """The first `n` bytes of a buffer from `vacant` are the next chunk: hashed on the
+        worker while they are written here. The buffer goes back to the ring only once
+        both are done, since `vacant` is next called by this thread, after the write."""
+        self.give(buf, n)
+        self._out.write(memoryview(buf)[:n])
+
     def digest(self) -> str:
         """Waits for every chunk, then gives the hex digest of all of them."""
         return self.hexdigest()
