@@ -236,8 +236,8 @@ def _fill(resp: http.client.HTTPResponse, into: memoryview) -> int:
 
 def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int:
     announced = _announced(resp, limit)
-    if isinstance(sink, HashingWriter) and (first := sink.vacant()) is not None:
-        return _complete(_refill(resp, sink, first, limit), announced)
+    if isinstance(sink, HashingWriter) and sink.overlapped:
+        return _complete(_refill(resp, sink, limit), announced)
     buf = bytearray(CHUNK if limit is None else max(1, min(CHUNK, limit + 1)))
     view = memoryview(buf)
     total = 0
@@ -248,19 +248,14 @@ def _drain(resp: http.client.HTTPResponse, sink: Sink, limit: int | None) -> int
     return _complete(total, announced)
 
 
-def _refill(resp: http.client.HTTPResponse, sink: HashingWriter, buf: bytearray,
-            limit: int | None) -> int:
-    """The body received straight into the hashing ring's buffers, one copy fewer than a
-    chunk handed over (at 1 GiB that copy was a tenth of the client's CPU)."""
+def _refill(resp: http.client.HTTPResponse, sink: HashingWriter, limit: int | None) -> int:
+    """The body received straight into the hashing ring's buffers (`take` waits while the
+    hash is behind), one copy fewer than a chunk handed over."""
     total = 0
-    while n := resp.readinto(buf):
+    while n := resp.readinto(buf := sink.take()):
         total += n
         _within(resp, total, limit)
-        try:
-            sink.filled(buf, n)
-        except OSError as exc:
-            raise SinkError(exc) from exc
-        buf = sink.take()  # the ring's next (waits while the hash is behind)
+        sunk(sink.filled, buf, n)
     return total
 
 

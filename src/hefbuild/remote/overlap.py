@@ -87,7 +87,7 @@ class HashingWriter(_HashWorker):
         self._out = out
 
     def __call__(self, chunk: bytes | memoryview) -> None:
-        if self._thread.is_alive():
+        if self.overlapped:
             buf, n = self.take(len(chunk)), len(chunk)
             buf[:n] = chunk
             self.give(buf, n)
@@ -95,16 +95,16 @@ class HashingWriter(_HashWorker):
             self._hasher.update(chunk)
         self._out.write(chunk)
 
-    def vacant(self) -> bytearray | None:
-        """A free buffer of the ring for a transport to receive the next chunk straight
-        into (then `filled`), which saves copying each chunk to hash it; None when hashing
-        on this thread (nothing to save)."""
-        return self.take() if self._thread.is_alive() else None
+    @property
+    def overlapped(self) -> bool:
+        """Hashing on the worker: a transport may then receive each chunk straight into a
+        buffer of the ring (`take`, then `filled`), which saves copying it to hash it."""
+        return self._thread.is_alive()
 
     def filled(self, buf: bytearray, n: int) -> None:
-        """The first `n` bytes of a buffer from `vacant` are the next chunk: hashed on the
+        """The first `n` bytes of a buffer from `take` are the next chunk: hashed on the
         worker while they are written here. The buffer goes back to the ring only once
-        both are done, since `vacant` is next called by this thread, after the write."""
+        both are done, since this thread takes its next buffer after the write."""
         self.give(buf, n)
         self._out.write(memoryview(buf)[:n])
 

@@ -81,9 +81,10 @@ class SinkError(Exception):
         self.cause = cause
 
 
-def sunk(sink: Sink, chunk: bytes | memoryview) -> None:
+def sunk(sink: Callable[..., None], *chunk: object) -> None:
+    """`sink(*chunk)`; the OSError of the local disk it writes to comes out as SinkError."""
     try:
-        sink(chunk)
+        sink(*chunk)
     except OSError as exc:
         raise SinkError(exc) from exc
 
