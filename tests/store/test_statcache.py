@@ -217,3 +217,14 @@ def test_rows_of_a_deferred_batch_reach_the_table_in_one_go_at_its_end(db, tmp_p
         assert all(stats.digest(path) == digest for path, digest in files)  # ...but known
     assert reader.rows() == len(files)
     assert stats.bytes_hashed == 0
+
+
+def test_recorded_answers_from_the_stat_alone_and_only_for_an_unchanged_file(db, data):
+    stats = StatCache(db)
+    assert stats.recorded(data) is None  # never hashed here: nothing to vouch for
+    digest = stats.digest(data)
+    assert stats.recorded(data) == digest
+    again = StatCache(db)
+    assert again.recorded(data) == digest and again.bytes_hashed == 0
+    data.write_bytes(DATA.upper())  # same size, new bytes
+    assert again.recorded(data) is None and again.bytes_hashed == 0

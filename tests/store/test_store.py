@@ -95,6 +95,18 @@ def test_verify_deletes_a_corrupted_object(store, tmp_path):
     assert not obj.exists()
 
 
+def test_an_object_is_vouched_for_only_as_the_store_hashed_it(store, tmp_path):
+    out = put(store, tmp_path, b"good bytes")
+    obj = store.object_path(out.digest)
+    assert store.vouched(out.digest)
+    assert not store.vouched("0" * 64)  # absent
+    fresh = Store(store.root, StatCache(tmp_path / "other.sqlite3"))
+    assert not fresh.vouched(out.digest)  # never hashed by that stat cache: not its word
+    os.chmod(obj, 0o644)
+    obj.write_bytes(b"evil bytes")
+    assert not store.vouched(out.digest) and obj.exists()  # says so; deletes nothing
+
+
 def test_intact_is_false_when_an_object_is_missing(store, tmp_path):
     rec = record(store, tmp_path)
     assert store.intact(rec)

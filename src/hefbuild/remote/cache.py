@@ -22,8 +22,9 @@ written to the local store. Anything else is a miss. A broken cache (unreachable
 401, 5xx, full) is off for the rest of the invocation with one warning; the build goes on.
 
 An upload sends only blobs the cache lacks or holds with the wrong size (or served wrong
-bytes for, in this process), hashing each as it goes: a local object whose bytes no longer
-match its name is never sent; it is removed from the local store with its record.
+bytes for, in this process). An object whose inode changed since the store hashed it is
+hashed as it goes: if its bytes no longer match its name it is never sent, and it is removed
+from the local store with its record. Readers hash every blob they take, whoever sent it.
 
 Blobs move `[cache] transfers` at a time (default 4), each way, on threads with a connection
 of their own: presence checks (one request for all over gRPC), downloads and uploads. The
@@ -254,13 +255,21 @@ class RemoteCache:
         entry = self._entry(record, ref, store)
         if self._same_entry_there(record):
             return
-        missing = sorted(self._absent(sorted(_sizes(record, store).items())))
-        self.sent += sum(self._each(self._retry, [
-            (self._t.put, f"cas/{d}", store.object_path(d), d) for d in missing]))
+        self.sent += self.put_objects(store, sorted(self._absent(
+            sorted(_sizes(record, store).items()))))
         # The entry only once every blob it names is there: a reader never sees it first.
         if not self._retry(self._blobs.has, ref.hash, ref.size):
             self.sent += self._retry(self._t.put, f"cas/{ref.hash}", blob, ref.hash)
         self.sent += self._retry(self._t.put, f"ac/{record.key}", encode_action_result(entry))
+
+    def put_objects(self, store: Store, digests: list[str]) -> int:
+        """Store objects into the CAS, `transfers` at once; the bytes sent. An object the
+        store vouches for goes as it is: it was hashed as it entered the store and its
+        inode has not changed since (the trust a local restore gives it). Any other is
+        hashed as it is sent, and one that is not its name raises CorruptSource."""
+        return sum(self._each(self._retry, [
+            (self._t.put, f"cas/{d}", store.object_path(d), None if store.vouched(d) else d)
+            for d in digests]))
 
     def _drop_corrupt(self, record: Record, store: Store, exc: CorruptSource) -> None:
         store.drop_object(exc.expected)

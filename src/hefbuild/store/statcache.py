@@ -100,16 +100,30 @@ class StatCache:
         """The file's SHA-256, hashing it only if its inode changed since last seen."""
         name = os.fspath(path)
         st = os.stat(name)
-        row = self._lookup(st)
-        if row is not None and row.matches(st):
-            return row.digest
-        if row is not None and row.only_relinked(st):
-            self._write(name, row.digest, st)
-            return row.digest
+        known = self._known(name, st)
+        if known is not None:
+            return known
         digest = sha256_file(Path(name))
         self.bytes_hashed += st.st_size
         self._write(name, digest, st)  # the stat from before: a change while hashing shows
         return digest
+
+    def recorded(self, path: Path | str) -> Digest | None:
+        """The digest remembered for the file as it is now; None when it was never hashed
+        here or changed since. Nothing is read but the file's stat."""
+        name = os.fspath(path)
+        return self._known(name, os.stat(name))
+
+    def _known(self, name: str, st: os.stat_result) -> Digest | None:
+        row = self._lookup(st)
+        if row is None:
+            return None
+        if row.matches(st):
+            return row.digest
+        if row.only_relinked(st):
+            self._write(name, row.digest, st)
+            return row.digest
+        return None
 
     def remember(self, path: Path, digest: Digest, st: os.stat_result | None = None) -> None:
         """Record a digest known by other means (a file just linked from the store)."""

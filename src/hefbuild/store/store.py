@@ -238,6 +238,15 @@ class Store:
             path.unlink()
         return False
 
+    def vouched(self, digest: str) -> bool:
+        """The object is there and the stat cache saw it hash to `digest` as it is now (the
+        trust a restore gives it): nothing is read. False for one never hashed here or
+        changed since, which a caller must hash."""
+        try:
+            return self._stats.recorded(self.object_path(digest)) == Digest(digest)
+        except FileNotFoundError:
+            return False
+
     def present(self, record: Record) -> bool:
         """Every object of the record there (not re-hashed: an upload hashes as it sends)."""
         return all(self.object_path(d).is_file() for d in _digests(record))
