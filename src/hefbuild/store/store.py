@@ -248,7 +248,8 @@ class Store:
             return False
 
     def present(self, record: Record) -> bool:
-        """Every object of the record there (not re-hashed: an upload hashes as it sends)."""
+        """Every object of the record there (not re-hashed: an upload hashes any object the
+        stat cache does not vouch for as it sends it)."""
         return all(self.object_path(d).is_file() for d in _digests(record))
 
     def intact(self, record: Record) -> bool:
