@@ -1,7 +1,8 @@
 """The HTTP transport (Bazel's cache protocol): one kept-alive connection per thread, an
 idle timeout on every socket operation and a deadline on every exchange (timeout + size /
 min_rate, enforced by the shared watchdog.py thread); uploads given a digest hashed as they
-go, downloads stopped at the size expected. The only module that knows about sockets and status codes."""
+go, downloads stopped at the size expected. The only module that knows about sockets and
+status codes."""
 
 from __future__ import annotations
 
