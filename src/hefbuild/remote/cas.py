@@ -6,7 +6,9 @@ Nothing is trusted by name alone:
 - a download stops at the size the entry declares and is hashed as it streams into the
   local store; it is kept only when both size and digest match;
 - an upload hashes the local bytes as they are sent and aborts before the last byte when
-  they do not match their name (nginx/WebDAV would keep whatever it gets, for everyone);
+  they do not match their name (nginx/WebDAV would keep whatever it gets, for everyone),
+  unless they are a store object the store vouches for (hashed as it was stored, its
+  inode unchanged since);
 - presence by HEAD is not proof: a blob is sent again when the cache's size differs, and a
   digest the cache served wrong bytes for is never trusted by HEAD again in this process.
 """
@@ -88,11 +90,12 @@ class BlobStore:
         rest = [(d, size) for d, size in refs if d not in bad]
         return bad | (retry(many.missing, rest) if rest else set())
 
-    def ensure(self, path: Path, digest: str) -> None:
-        """`path` (whose SHA-256 must be `digest`) is in the CAS after this; its bytes are
-        hashed as they go (CorruptSource when they are not `digest`'s)."""
+    def ensure(self, path: Path, digest: str, check: bool = True) -> None:
+        """`path` (whose SHA-256 must be `digest`) is in the CAS after this. With `check`,
+        its bytes are hashed as they go (CorruptSource when they are not `digest`'s);
+        without, the caller vouches for them (a store object the store vouches for)."""
         if not self.has(digest, path.stat().st_size):
-            sent = retry(self._t.put, f"cas/{digest}", path, digest)
+            sent = retry(self._t.put, f"cas/{digest}", path, digest if check else None)
             with self._count:
                 self.sent += sent
 
