@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+from .piecefile import PieceFile
+
 _PROC_FD = "/proc/self/fd"
 # What open(O_TMPFILE) answers where the filesystem or the kernel cannot make unnamed files.
 _UNSUPPORTED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
@@ -41,8 +43,9 @@ def _proc_mounted() -> bool:
 
 
 class Incoming:
-    """`out` takes the object's bytes; `publish()` gives them the name `dest`, read-only.
-    Use it in a `with`: leaving without `publish()` keeps nothing."""
+    """`out` takes the object's bytes (unbuffered, in pieces: piecefile.py); `publish()`
+    gives them the name `dest`, read-only. Use it in a `with`: leaving without `publish()`
+    keeps nothing."""
 
     def __init__(self, dest: Path, tmp: Path) -> None:
         self.dest, self._tmp = dest, tmp
@@ -61,12 +64,12 @@ class Incoming:
             if exc.errno in _UNSUPPORTED:
                 return None
             raise
-        return os.fdopen(fd, "wb")
+        return PieceFile(fd, "wb")
 
     def _named_temp(self) -> IO[bytes]:
         fd, tmp = tempfile.mkstemp(dir=self._tmp, prefix=f"incoming-{os.getpid()}-")
         self._named = Path(tmp)
-        return os.fdopen(fd, "wb")
+        return PieceFile(fd, "wb")
 
     def publish(self) -> None:
         """The bytes written, under `dest` (made read-only for everyone, whatever the
