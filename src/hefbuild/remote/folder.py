@@ -9,6 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..store.piecefile import PieceFile
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, sunk
 
 CHUNK = 1 << 20
@@ -70,7 +71,7 @@ class FolderTransport:
 
 def _write_all(fd: int, body: Path | bytes, digest: str | None) -> int:
     hasher = hashlib.sha256()
-    with os.fdopen(fd, "wb") as out:
+    with PieceFile(fd, "wb") as out:
         if isinstance(body, bytes):
             out.write(body)
             hasher.update(body)

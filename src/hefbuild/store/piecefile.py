@@ -3,12 +3,19 @@
 Why: on this project's CI machines (a VM, Linux 6.18, ext4), writing 200 new files of 1 MiB
 cost 0.6-1.9 s of kernel time in one write() each and 0.08-0.18 s in 64 KiB writes (five
 rounds each, interleaved; 128 KiB writes were mostly slow too, 16 and 32 KiB fast). `perf`
-puts the time in the copy into the page cache itself (`copy_folio_from_iter_atomic`), and
-/proc/vmstat shows no reclaim or compaction, which points below the guest: the memory a
-large write is given is slow to touch. A store receiving 200 blobs of 1 MiB went from
-0.88-0.90x curl's speed to 1.12-1.18x with its writes in pieces. curl writes 16 KiB at a
-time, and Python's shutil copies in 64 KiB; on a machine without the effect, 16 system calls
-a MiB cost about as much as hashing 20 KiB of it.
+puts the time in the copy into the page cache itself (`copy_folio_from_iter_atomic`), with no
+reclaim or compaction in /proc/vmstat. The cause is below the guest: the VM's balloon
+reports free memory to the host in blocks of 128 KiB and up (free page reporting,
+/sys/module/page_reporting/parameters/page_reporting_order = 5), and a write that large gets
+page-cache folios of that order, cut from reported blocks that the host must fault back in
+as they are first touched; a 64 KiB folio comes from smaller blocks, never reported. With
+that order raised to 10 for a test (then set back), 1 MiB writes cost 0.06-0.09 s a round
+after the first, like 64 KiB ones.
+Downloading 200 blobs of 1 MiB from nginx, in rounds interleaved with the old code and curl
+(ratio: curl's time / ours), one at a time went 0.90 -> 1.18, 0.91 -> 0.99, 0.77 -> 1.10;
+four at once 0.88 -> 1.12, then within the noise (0.99 -> 0.94, 1.17 -> 1.15). curl writes
+16 KiB at a time and Python's shutil copies in 64 KiB; where large writes cost nothing more,
+16 system calls a MiB cost about what hashing 20 KiB of it does.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ from ..errors import StoreError
 from .incoming import Incoming
 
 if TYPE_CHECKING:  # sqlite3 only where a store is used, not on a no-op
-    from .statcache import StatCache
+    from .piecefile import PieceFile
+from .statcache import StatCache
 
 STORE_FORMAT = "v1"
 
@@ -135,7 +136,7 @@ class Store:
     def put_bytes(self, data: bytes) -> OutputFile:
         self._dirs()
         fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
-        with os.fdopen(fd, "wb") as f:
+        with PieceFile(fd, "wb") as f:
             f.write(data)
         return self.put_file(Path(tmp))
 
