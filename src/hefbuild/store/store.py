@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 from ..digest import Digest, sha256_file
 from ..errors import StoreError
 from .incoming import Incoming
+from .piecefile import PieceFile
 
 if TYPE_CHECKING:  # sqlite3 only where a store is used, not on a no-op
-    from .piecefile import PieceFile
-from .statcache import StatCache
+    from .statcache import StatCache
 
 STORE_FORMAT = "v1"
 
