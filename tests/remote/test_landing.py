@@ -18,7 +18,7 @@ import pytest
 from fakes.hostile_cache import HostileCache
 
 from hefbuild.declare.settings import CacheSettings
-from hefbuild.remote import cas
+from hefbuild.remote import cas, http
 from hefbuild.remote.cas import BlobStore, WrongBytes, WrongSize
 from hefbuild.remote.landing import Landing
 from hefbuild.remote.problems import Problem, RemoteError
@@ -189,3 +189,75 @@ def test_landing_holds_at_most_its_room_in_memory() -> None:
         for w in workers:
             w.join()
     assert outstanding == 0 and most == held
+
+
+def test_an_owed_blob_lands_at_its_threads_next_settle_or_at_the_end() -> None:
+    landed: list[str] = []
+    with Landing(lambda digest, data: landed.append(digest), held=4, threads=0) as landing:
+        landing.owe("a", landing.buffer(10)[:10])
+        assert landed == []  # owed, not landed yet
+        other = threading.Thread(target=landing.settle)  # another thread owes nothing
+        other.start()
+        other.join()
+        assert landed == []
+        landing.settle()
+        assert landed == ["a"]
+        landing.settle()  # nothing owed twice
+        landing.owe("b", landing.buffer(10)[:10])
+        landing.owe("c", landing.buffer(10)[:10])  # owing again lands what was owed
+        assert landed == ["a", "b"]
+        mine = threading.Thread(target=lambda: landing.owe("d", landing.buffer(10)[:10]))
+        mine.start()
+        mine.join()
+    assert sorted(landed) == ["a", "b", "c", "d"]  # the rest landed at the end
+
+
+def test_what_is_owed_still_lands_when_the_batch_fails() -> None:
+    landed: list[str] = []
+    with pytest.raises(RuntimeError), \
+            Landing(lambda digest, data: landed.append(digest), held=2, threads=0) as landing:
+        landing.owe("a", landing.buffer(10)[:10])
+        raise RuntimeError("the cache went away")
+    assert landed == ["a"]
+
+
+def test_each_connection_lands_its_last_blob_after_it_sent_the_next_request(
+        server, store, monkeypatch) -> None:
+    """Four connections, each landing its own: a blob lands while the request for the next
+    one travels, never before that request is sent."""
+    refs = goods(server.data, 12)
+    events: list[tuple[int, str, str]] = []  # (thread, what, digest)
+    lock = threading.Lock()
+
+    def note(what: str, digest: str) -> None:
+        with lock:
+            events.append((threading.get_ident(), what, digest))
+
+    real_exchange = http.HttpTransport._exchange
+
+    def exchange(self, conn, method, path, body, reader, meanwhile=None):  # noqa: ANN001, ANN202
+        def then() -> None:
+            note("sent", path.rpartition("/")[2])
+            if meanwhile is not None:
+                meanwhile()
+        return real_exchange(self, conn, method, path, body, reader, then)
+
+    real_put = Store.put_verified_bytes
+
+    def put(self, data, digest):  # noqa: ANN001, ANN202
+        note("landed", digest)
+        return real_put(self, data, digest)
+
+    monkeypatch.setattr(http.HttpTransport, "_exchange", exchange)
+    monkeypatch.setattr(Store, "put_verified_bytes", put)
+    assert blob_store(server.url, 4).download_all(refs, store) == [s for _, s in refs]
+    assert stored(store, refs)
+    threads = {t for t, _, _ in events}
+    assert len(threads) > 1
+    for thread in threads:
+        mine = [(what, d) for t, what, d in events if t == thread]
+        requests = [d for what, d in mine if what == "sent"]
+        for earlier, later in zip(requests, requests[1:], strict=False):
+            # `earlier` lands on this thread once `later` is asked for, and not before
+            assert mine.index(("landed", earlier)) > mine.index(("sent", later))
+    assert sorted(d for _, what, d in events if what == "landed") == sorted(d for d, _ in refs)

@@ -147,7 +147,8 @@ class BlobStore:
         # Several connections keep the cores busy landing their own blobs; one at a time
         # leaves a core idle, which the pool fills.
         threads = LOCAL_THREADS if self.transfers == 1 else 0
-        with store.batch(), Landing(self._landed(store), self.transfers + 2 * threads,
+        # A connection holds at most two buffers: the blob it owes and the one it receives.
+        with store.batch(), Landing(self._landed(store), 2 * self.transfers + 2 * threads,
                                     threads) as landing:
             return each(self._receive, [(d, size, store, landing) for d, size in refs],
                         self.transfers)
@@ -161,11 +162,12 @@ class BlobStore:
 
     def _received(self, digest: str, size: int, store: Store, landing: Landing) -> int | None:
         if not 0 <= size <= SMALL:
+            landing.settle()
             return self.download(digest, store, size)
         data = landing.buffer(size)
         try:
             with self._refusing(digest):
-                got = self._get_into(digest, data)
+                got = self._get_into(digest, data, landing.settle)
             if got is not None:
                 self._check_size(digest, size, got)
         except BaseException:
@@ -173,15 +175,20 @@ class BlobStore:
             raise
         if got is None:
             landing.drop(data)
-        else:
+        elif landing.threaded:
             landing.hand_over(digest, data[:got])
+        else:  # landed here once the next request is sent (landing.py)
+            landing.owe(digest, data[:got])
         return got
 
-    def _get_into(self, digest: str, data: memoryview) -> int | None:
-        """The blob's bytes into `data` (its size + 1 bytes: one more shows as Oversized)."""
+    def _get_into(self, digest: str, data: memoryview,
+                  meanwhile: Callable[[], None]) -> int | None:
+        """The blob's bytes into `data` (its size + 1 bytes: one more shows as Oversized);
+        `meanwhile` runs once, after the request is sent where the transport can say when."""
         into = getattr(self._t, "get_into", None)
         if into is not None:  # HTTP: straight from the socket, no copy
-            return into(f"cas/{digest}", data)
+            return into(f"cas/{digest}", data, meanwhile)
+        meanwhile()
         limit, filled = len(data) - 1, 0
 
         def sink(chunk: bytes | memoryview) -> None:

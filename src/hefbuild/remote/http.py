@@ -12,6 +12,7 @@ import http.client
 import os
 import ssl
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import IO
@@ -68,10 +69,14 @@ class HttpTransport:
         status, size = self._call("GET", path, reader=(sink, limit), size=limit or 0)
         return None if status == 404 else size
 
-    def get_into(self, path: str, into: memoryview) -> int | None:
-        """`get` with the limit len(into) - 1, the bytes read straight into `into`."""
+    def get_into(self, path: str, into: memoryview,
+                 meanwhile: Callable[[], None] | None = None) -> int | None:
+        """`get` with the limit len(into) - 1, the bytes read straight into `into`.
+        `meanwhile` runs once the request is sent, before the answer is read: local work
+        (landing the previous blob) that then overlaps the round trip."""
         limit = len(into) - 1
-        status, size = self._call("GET", path, reader=(into, limit), size=limit)
+        status, size = self._call("GET", path, reader=(into, limit), size=limit,
+                                  meanwhile=meanwhile)
         return None if status == 404 else size
 
     def put(self, path: str, body: Path | bytes, digest: str | None = None) -> int:
@@ -83,14 +88,15 @@ class HttpTransport:
 
     # The one place that turns sockets and statuses into RemoteError.
     def _call(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None = None,
-              reader: Reader | None = None, size: int = 0) -> tuple[int, int]:
+              reader: Reader | None = None, size: int = 0,
+              meanwhile: Callable[[], None] | None = None) -> tuple[int, int]:
         deadline: Deadline | None = None
         try:
             conn = self._conn()
             if conn.sock is None:
                 conn.connect()
             deadline = self.watchdog.arm(self._timeout + size / self._min_rate, conn.sock)
-            answer = self._exchange(conn, method, path, body, reader)
+            answer = self._exchange(conn, method, path, body, reader, meanwhile)
         except _NoExpect:
             self.watchdog.disarm(deadline)
             deadline = None
@@ -127,11 +133,14 @@ class HttpTransport:
 
     def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
                   body: tuple[Path | bytes, str | None] | None,
-                  reader: Reader | None) -> tuple[int, int]:
+                  reader: Reader | None,
+                  meanwhile: Callable[[], None] | None = None) -> tuple[int, int]:
         headers = dict(self._headers)
         url = f"{self._base}/{path}"
         if body is None:
             conn.request(method, url, headers=headers)
+            if meanwhile is not None:
+                meanwhile()
         elif isinstance(body[0], bytes):
             headers["Content-Length"] = str(len(body[0]))
             conn.request(method, url, body=body[0], headers=headers)

@@ -2,7 +2,10 @@
 memory, then hashed, checked and written into the local store. One blob at a time, that runs
 on a pool of `LOCAL_THREADS` threads while the connection already receives the next blob;
 with several connections, each lands its own (they keep the cores busy already, and a pool
-behind them measured slower).
+behind them measured slower), and does it once it has sent its next request, so the landing
+runs while that request travels instead of between the last byte of a blob and the next
+request (200 x 1 MiB, 4 at once, in rounds against the old order: 0.985 -> 0.998 of curl's
+speed on a link of 100 MB/s and 20 ms, 1.18 -> 1.20 and 1.21 on loopback).
 
 Why: per small blob, SHA-256 (0.5 ms a MiB) and the store's inode work (a temp file, and for
 the first object of a shard its folder) came one after the other with the receive on a single
@@ -44,10 +47,16 @@ class Landing:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="hefbuild-land") \
             if threads else None
         self._landings: list[Future[None]] = []
+        self._owed: dict[int, tuple[str, memoryview]] = {}  # by thread: see `owe`
         self._lock = threading.Lock()
         # Buffers are reused: a fresh 1 MiB one is fresh pages, and faulting them in as
         # the socket fills them cost more kernel time than the receive itself.
         self._free: list[bytearray] = []
+
+    @property
+    def threaded(self) -> bool:
+        """Landings run on the pool (else on the connections' own threads)."""
+        return self._pool is not None
 
     def buffer(self, size: int) -> memoryview:
         """Room for a blob of `size` bytes and one more (so an answer that is too long shows
@@ -83,6 +92,23 @@ class Landing:
         with self._lock:
             self._landings.append(landing)
 
+    def owe(self, digest: str, data: memoryview) -> None:
+        """Land `data` later on this thread, at its next `settle`: a connection that lands
+        its own blobs does it once it has asked for the next one, while that request
+        travels. Whatever is still owed lands when the `with` ends."""
+        with self._lock:
+            before = self._owed.pop(threading.get_ident(), None)
+            self._owed[threading.get_ident()] = (digest, data)
+        if before is not None:
+            self.hand_over(*before)
+
+    def settle(self) -> None:
+        """Land what this thread owes, if anything (`owe`)."""
+        with self._lock:
+            owed = self._owed.pop(threading.get_ident(), None)
+        if owed is not None:
+            self.hand_over(*owed)
+
     def refuse(self, exc: Exception) -> None:
         """A blob refused before it could land: its error is raised at the end, like a
         landing's."""
@@ -102,6 +128,10 @@ class Landing:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        with self._lock:
+            owed, self._owed = list(self._owed.values()), {}
+        for digest, data in owed:  # received and checked for size: land them, error or not
+            self.hand_over(digest, data)
         if self._pool is not None:
             self._pool.shutdown(wait=True)  # nothing still writes into the store after this
         if exc is None:
