@@ -96,11 +96,9 @@ class Landing:
         """Land `data` later on this thread, at its next `settle`: a connection that lands
         its own blobs does it once it has asked for the next one, while that request
         travels. Whatever is still owed lands when the `with` ends."""
+        self.settle()  # one owed blob a thread: an earlier one lands now
         with self._lock:
-            before = self._owed.pop(threading.get_ident(), None)
             self._owed[threading.get_ident()] = (digest, data)
-        if before is not None:
-            self.hand_over(*before)
 
     def settle(self) -> None:
         """Land what this thread owes, if anything (`owe`)."""
