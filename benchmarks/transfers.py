@@ -26,6 +26,13 @@ the goal is >= 0.95. Each row also gives the CPU seconds each client used (ours/
 hashing 200 MiB with SHA-256 is about 0.1 s of CPU that curl does not spend, so on a machine
 whose few cores nginx shares, the loopback rows that hash are bound by CPU. Needs nginx and curl
 (`.ci/setup` installs both). Asserts nothing.
+
+Run it on a quiet machine, which here also means: nothing deleted many files on the same
+filesystem in the last 5 minutes. On an ext4 without a journal, every new file scans past
+the inodes freed in that time (`Bench.retire`), so the rounds that follow a big deletion
+measure that scan (on 2026-12-05, hefbuild's 200 x 1 MiB down fell from 0.90 to 0.51 of
+curl's speed in a run started 30 s after the previous one's clean-up). The benchmark deletes
+nothing until it ends; leave 5 minutes between two runs. docs/transfers.md has the figures.
 """
 
 from __future__ import annotations
