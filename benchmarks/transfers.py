@@ -30,15 +30,17 @@ whose few cores nginx shares, the loopback rows that hash are bound by CPU. Need
 Run it on a quiet machine, which here also means: nothing deleted many files on the same
 filesystem in the last 5 minutes. On an ext4 without a journal, every new file scans past
 the inodes freed in that time (`Bench.retire`), so the rounds that follow a big deletion
-measure that scan (on 2026-12-05, hefbuild's 200 x 1 MiB down fell from 0.90 to 0.51 of
-curl's speed in a run started 30 s after the previous one's clean-up). The benchmark deletes
-nothing until it ends; leave 5 minutes between two runs. docs/transfers.md has the figures.
+measure that scan (on 2026-12-05, hefbuild's 200 x 1 MiB down 4 at once gave 0.51 of curl's
+speed in a run started 30 s after the previous one's clean-up, where it gives 0.88-0.90).
+The benchmark deletes nothing until it ends; leave 5 minutes between two runs.
+docs/transfers.md has the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import os
 import resource
 import shutil
@@ -120,6 +122,7 @@ class Bench:
         self.work, self.nginx, self.blobs = work, nginx, blobs
         self.retired = work / "retired"
         self.retired.mkdir()
+        self._names = itertools.count()
 
     def retire(self, path: Path) -> None:
         """Take `path` out of the way between rounds without deleting it: renamed into
@@ -131,7 +134,7 @@ class Bench:
         Deleting a round's 200 files made the creates of the next rounds pay that scan, in
         `perf` a seventh of all samples of a curl round, and unevenly (curl writes into one
         folder, the store into many). A CI runner filling a fresh store deletes nothing."""
-        gone = self.retired / f"{time.monotonic_ns()}"
+        gone = self.retired / str(next(self._names))
         try:
             os.rename(path, gone)
         except FileNotFoundError:
