@@ -28,11 +28,11 @@ whose few cores nginx shares, the loopback rows that hash are bound by CPU. Need
 (`.ci/setup` installs both). Asserts nothing.
 
 Run it on a quiet machine, which here also means: nothing deleted many files on the same
-filesystem in the last 5 minutes. On an ext4 without a journal, every new file scans past
+filesystem in the last 6 minutes. On an ext4 without a journal, every new file scans past
 the inodes freed in that time (`Bench.retire`), so the rounds that follow a big deletion
 measure that scan (on 2026-12-05, hefbuild's 200 x 1 MiB down 4 at once gave 0.51 of curl's
 speed in a run started 30 s after the previous one's clean-up, where it gives 0.88-0.90).
-The benchmark deletes nothing until it ends; leave 5 minutes between two runs.
+The benchmark deletes nothing until it ends; leave 6 minutes between two runs.
 docs/transfers.md has the figures.
 """
 
@@ -129,7 +129,7 @@ class Bench:
         `retired/` and emptied unless another name has it (its blocks are freed; its inode
         stays until the end).
         Why: on an ext4 without a journal (this machine's), the kernel does not reuse an
-        inode freed in the last 5 s, or 5 min while its inode table block is dirty: every
+        inode freed in the last minute, or 6 while its inode table block is dirty: every
         new file scans past each of them (`recently_deleted` under `find_inode_bit`).
         Deleting a round's 200 files made the creates of the next rounds pay that scan, in
         `perf` a seventh of all samples of a curl round, and unevenly (curl writes into one
