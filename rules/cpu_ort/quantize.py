@@ -215,16 +215,22 @@ def count_ops(model: Any, op_type: str) -> int:
 
 
 def record(result: Quantized, method: str) -> None:
-    """The method and its figures as metadata_props of the quantized model."""
+    """The method and its figures as metadata_props of the quantized model. quantized_bytes
+    is the size of the file written, these props included: the props hold their own size,
+    so it is set until it no longer changes (twice at most: only its digit count moves it)."""
     model = result.model
-    props = {p.key: p.value for p in model.metadata_props if not p.key.startswith(META_PREFIX)}
-    figures = {
-        "method": method,
-        **result.figures,
-        "float_bytes": str(SOURCE.stat().st_size),
-        "quantized_bytes": str(inline_size(model, result.base_dir)),
-    }
-    props.update({META_PREFIX + k: v for k, v in figures.items()})
+    others = {p.key: p.value for p in model.metadata_props if not p.key.startswith(META_PREFIX)}
+    figures = {"method": method, **result.figures, "float_bytes": str(SOURCE.stat().st_size),
+               "quantized_bytes": "0"}
+    while True:
+        _set_props(model, others | {META_PREFIX + k: v for k, v in figures.items()})
+        size = str(inline_size(model, result.base_dir))
+        if size == figures["quantized_bytes"]:
+            return
+        figures["quantized_bytes"] = size
+
+
+def _set_props(model: Any, props: dict[str, str]) -> None:
     del model.metadata_props[:]
     for key in sorted(props):
         model.metadata_props.add(key=key, value=props[key])

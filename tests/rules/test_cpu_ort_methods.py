@@ -226,6 +226,14 @@ def test_weight_only_int8_halves_the_model(built) -> None:
     assert int(meta["quantized_bytes"]) < 0.6 * int(meta["float_bytes"])
 
 
+def test_the_quantized_size_is_that_of_the_file_written(built) -> None:
+    """The figure is stored in the file it measures, so it must count itself."""
+    _, results = built
+    for method, result in results.items():
+        meta = result.report["quantization"]
+        assert int(meta["quantized_bytes"]) == result.quantized.stat().st_size, method
+
+
 def test_weight_only_int8_is_byte_identical_across_runs(built) -> None:
     chain, results = built
     again = chain.run("quantize", {"method": "weight_only_int8"})
