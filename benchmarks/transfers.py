@@ -31,7 +31,7 @@ Run it on a quiet machine, which here also means: nothing deleted many files on 
 filesystem in the last 6 minutes. On an ext4 without a journal, every new file scans past
 the inodes freed in that time (`Bench.retire`), so the rounds that follow a big deletion
 measure that scan (on 2026-12-05, hefbuild's 200 x 1 MiB down 4 at once gave 0.51 of curl's
-speed in a run started 30 s after the previous one's clean-up, where it gives 0.88-0.90).
+speed in a run started 30 s after the previous one's clean-up, where it gives 0.82-0.90).
 The benchmark deletes nothing until it ends; leave 6 minutes between two runs.
 docs/transfers.md has the figures.
 """
