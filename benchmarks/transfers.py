@@ -132,7 +132,7 @@ class Bench:
         inode freed in the last minute, or 6 while its inode table block is dirty: every
         new file scans past each of them (`recently_deleted` under `find_inode_bit`).
         Deleting a round's 200 files made the creates of the next rounds pay that scan, in
-        `perf` a seventh of all samples of a curl round, and unevenly (curl writes into one
+        `perf` a sixth of all samples of a curl round, and unevenly (curl writes into one
         folder, the store into many). A CI runner filling a fresh store deletes nothing."""
         gone = self.retired / str(next(self._names))
         try:
