@@ -217,7 +217,8 @@ def count_ops(model: Any, op_type: str) -> int:
 def record(result: Quantized, method: str) -> None:
     """The method and its figures as metadata_props of the quantized model. quantized_bytes
     is the size of the file written, these props included: the props hold their own size,
-    so it is set until it no longer changes (twice at most: only its digit count moves it)."""
+    so it is set until it no longer changes (the size grows with its own digit count only,
+    so that takes three passes, four where the count carries over)."""
     model = result.model
     others = {p.key: p.value for p in model.metadata_props if not p.key.startswith(META_PREFIX)}
     figures = {"method": method, **result.figures, "float_bytes": str(SOURCE.stat().st_size),
