@@ -132,9 +132,10 @@ class Bench:
         inode freed in the last minute, or 6 while its inode table block is dirty: every
         new file scans past each of them (`recently_deleted` under `find_inode_bit`).
         Deleting a round's 200 files made the creates of the next rounds pay that scan,
-        curl's more than the store's (it writes into one folder, the store into many): curl's
-        200 x 1 MiB down 4 at once went from 1275-1294 to 1395-1439 MiB/s without the
-        deletions, hefbuild's did not move. A CI runner filling a fresh store deletes nothing."""
+        curl's more than the store's (probably as it writes into one folder, the store into
+        many): curl's 200 x 1 MiB down 4 at once went from 1275-1294 to 1395-1439 MiB/s
+        without the deletions, hefbuild's did not move. A CI runner filling a fresh store
+        deletes nothing."""
         gone = self.retired / str(next(self._names))
         try:
             os.rename(path, gone)
