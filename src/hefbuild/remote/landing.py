@@ -5,7 +5,9 @@ with several connections, each lands its own (they keep the cores busy already, 
 behind them measured slower), and does it once it has sent its next request, so the landing
 runs while that request travels instead of between the last byte of a blob and the next
 request (200 x 1 MiB, 4 at once, in rounds against the old order: 0.985 -> 0.998 of curl's
-speed on a link of 100 MB/s and 20 ms, 1.18 -> 1.20 and 1.21 on loopback).
+speed on a link of 100 MB/s and 20 ms, 1.18 -> 1.20 and 1.21 on loopback; those loopback
+rounds deleted files between rounds, which slowed curl's, so only the step counts there:
+docs/transfers.md).
 
 Why: per small blob, SHA-256 (0.5 ms a MiB) and the store's inode work (a temp file, and for
 the first object of a shard its folder) came one after the other with the receive on a single
