@@ -1,18 +1,20 @@
 """A real OpenSSH server on 127.0.0.1 standing in for the Hailo device host.
 
-The "device host" is this machine reached over that sshd, as root with a generated key; the
-sshd's host key is generated too, and `SshHost.host_key` is its public half (what a device
-toolchain declares as `host_key`). Its
-python is a wrapper script (`device-python`) that runs this test run's interpreter with
-`tests/fakes` and `rules` on PYTHONPATH and FAKE_HAILO_CONTROL set, so `hailo_platform` is the
-test double (which generates by running the HEF's ONNX graph on ONNX Runtime). Skipped when
-/usr/sbin/sshd is missing, unless CI=true (then it fails: `.ci/sshd-up` installs it).
+The "device host" is this machine reached over that sshd, as the user who runs the tests (an
+sshd that is not root can let in no one else), with a generated key; the sshd's host key is
+generated too, and `SshHost.host_key` is its public half (what a device toolchain declares as
+`host_key`). Its python is a wrapper script (`device-python`) that runs this test run's
+interpreter with `tests/fakes` and `rules` on PYTHONPATH and FAKE_HAILO_CONTROL set, so
+`hailo_platform` is the test double (which generates by running the HEF's ONNX graph on ONNX
+Runtime). Skipped when /usr/sbin/sshd is missing, unless CI=true (then it fails:
+`.ci/sshd-up` installs it), and for a user whose login shell runs no command (nobody).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -28,11 +30,13 @@ from fakes.toolchains import FAKE_DFC_TOOLCHAIN
 REPO = Path(__file__).resolve().parents[2]
 SSHD = "/usr/sbin/sshd"
 START_TIMEOUT_S = 15.0
+NO_SHELL = ("nologin", "false")  # login shells that run no command
 
 
 @dataclass(frozen=True)
 class SshHost:
     port: int
+    user: str  # who runs the tests: root on CI, anyone elsewhere
     key_file: Path
     python: Path  # the wrapper the device toolchain names as its interpreter
     control: Path  # FAKE_HAILO_CONTROL of every device_check process
@@ -40,7 +44,7 @@ class SshHost:
 
     @property
     def url(self) -> str:
-        return f"ssh://root@127.0.0.1:{self.port}"
+        return f"ssh://{self.user}@127.0.0.1:{self.port}"
 
     @property
     def host_key(self) -> str:
@@ -103,6 +107,16 @@ def wrapper(root: Path) -> Path:
     return path
 
 
+def login_user() -> str:
+    """Who the sshd lets in: the user running the tests, whose login shell runs each
+    command, so a user without one (nobody's nologin) cannot be the device host's user."""
+    me = pwd.getpwuid(os.getuid())
+    if Path(me.pw_shell).name in NO_SHELL:
+        pytest.skip(f"the loopback sshd logs in as {me.pw_name}, whose shell is "
+                    f"{me.pw_shell}: run the tests as root or as a user with a shell")
+    return me.pw_name
+
+
 def wait_for_banner(port: int, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -123,19 +137,21 @@ def ssh_host(tmp_path_factory: pytest.TempPathFactory):
         if os.environ.get("CI") == "true":
             pytest.fail(f"{SSHD} or ssh missing on CI: run .ci/sshd-up first")
         pytest.skip(f"{SSHD} or the ssh client is missing (apt-get install openssh-server)")
+    user = login_user()
     root = tmp_path_factory.mktemp("sshd")
     keygen(root / "host_key")
     keygen(root / "client_key")
     shutil.copy(root / "client_key.pub", root / "authorized_keys")
     port = free_port()
     (root / "sshd_config").write_text(sshd_config(root, port))
-    Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)  # privilege separation
+    if os.getuid() == 0:  # privilege separation; an sshd that is not root does without
+        Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(root / "sshd_config")],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
         wait_for_banner(port, proc)
-        yield SshHost(port, root / "client_key", wrapper(root), root / "control.json", root)
+        yield SshHost(port, user, root / "client_key", wrapper(root), root / "control.json", root)
     finally:
         proc.terminate()
         try:
@@ -154,7 +170,7 @@ DEVICE = """\
 [toolchain]
 kind = "ssh"
 host = "{host}"
-user = "root"
+user = "{user}"
 port = {port}
 key_file = "{key}"
 {trust}
@@ -197,7 +213,8 @@ class Bench:
             trust = ""
         else:
             trust = f"host_key = {json.dumps(host_key or self.host.host_key)}"
-        text = DEVICE.format(host=host, port=port or self.host.port, key=self.host.key_file,
+        text = DEVICE.format(host=host, port=port or self.host.port, user=self.host.user,
+                             key=self.host.key_file,
                              trust=trust, python=self.host.python, remote=self.remote,
                              attempts=attempts, timeout=timeout)
         (self.project.root / "toolchain/hailo10h-device.toml").write_text(text)

@@ -56,7 +56,7 @@ def ssh_keygen_fingerprint(pub: Path) -> str:
 
 
 def transport(ssh_host: SshHost, scratch: Path, **trust) -> SshTransport:
-    device = {"kind": "ssh", "host": "127.0.0.1", "user": "root", "port": ssh_host.port,
+    device = {"kind": "ssh", "host": "127.0.0.1", "user": ssh_host.user, "port": ssh_host.port,
               "key_file": str(ssh_host.key_file), "declared_in": TOOLCHAIN, **trust}
     return open_transport(device, scratch)
 

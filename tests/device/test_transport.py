@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pwd
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from common.device import LocalTransport, SshTransport, TransportError, open_tra
 
 @pytest.fixture
 def ssh(ssh_host: SshHost, tmp_path: Path):
-    transport = open_transport({"kind": "ssh", "host": "127.0.0.1", "user": "root",
+    transport = open_transport({"kind": "ssh", "host": "127.0.0.1", "user": ssh_host.user,
                                 "port": ssh_host.port, "key_file": str(ssh_host.key_file),
                                 "host_key": ssh_host.host_key}, tmp_path / "scratch")
     yield transport
@@ -56,7 +57,7 @@ def test_put_exists_and_cwd(ssh: SshTransport, tmp_path: Path):
     ssh.put(src, remote)
     assert ssh.exists(remote) and Path(remote).read_bytes() == src.read_bytes()
     assert ssh.run(["ls"], 30, cwd=str(Path(remote).parent)).stdout == "blob.bin\n"
-    assert ssh.home() == "/root"
+    assert ssh.home() == pwd.getpwnam(ssh.user).pw_dir  # the login's, from passwd
 
 
 def test_connection_is_shared_and_closed(ssh: SshTransport):
@@ -72,7 +73,7 @@ def test_connection_is_shared_and_closed(ssh: SshTransport):
 def test_refused_connection_is_a_transport_error(ssh_host: SshHost, tmp_path: Path):
     from .conftest import free_port
 
-    bad = SshTransport("127.0.0.1", "root", free_port(), str(ssh_host.key_file), tmp_path)
+    bad = SshTransport("127.0.0.1", ssh_host.user, free_port(), str(ssh_host.key_file), tmp_path)
     with pytest.raises(TransportError, match="127.0.0.1"):
         bad.run(["true"], timeout=30)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -49,9 +50,10 @@ class Project:
         return DoitRun(done.returncode, done.stdout, done.stderr, self._events()[before:])
 
     def popen(self, *args: str) -> subprocess.Popen:
+        """doit started in the background, which a test may interrupt (Ctrl-C is SIGINT)."""
         return subprocess.Popen([sys.executable, "-m", "doit", *args], cwd=self.root,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=self.env(None))
+                                env=self.env(None), preexec_fn=_interruptible)
 
     def env(self, extra: dict | None) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HEFBUILD_")}
@@ -89,6 +91,14 @@ class AsInCi(Project):
         for name in ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"):
             env.pop(name, None)
         return env
+
+
+def _interruptible() -> None:
+    """In the child, before exec: SIGINT back to its default. An ignored signal stays ignored
+    across exec, and pytest run as a background job of a script or under nohup has SIGINT
+    ignored, so its doit would never see the Ctrl-C of a test (and Python installs no
+    KeyboardInterrupt handler where SIGINT starts ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def copy_project(dest: Path, store: Path) -> Project:
