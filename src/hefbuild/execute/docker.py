@@ -238,9 +238,11 @@ def _report_reaped(stage: StageRun, removed: list[str]) -> None:
         stage.watch.emit({"message": line.removeprefix("hefbuild: "), "removed_orphans": removed})
 
 
-def container_config(stage: StageRun, owner: dict[str, str] | None = None) -> dict[str, Any]:
+def container_config(stage: StageRun, owner: dict[str, str] | None = None,
+                     user: tuple[int, int] | None = None) -> dict[str, Any]:
     """Everything about the container, as docker SDK `containers.create` arguments (pure);
-    `owner`: the owner_labels() it carries."""
+    `owner`: the owner_labels() it carries; `user`: the uid and gid it runs as (ours)."""
+    uid, gid = user or (os.getuid(), os.getgid())
     env = dict(stage.env)
     env.setdefault("CUDA_VISIBLE_DEVICES", "0")  # unset, the DFC hides every GPU
     env.update(PYTHONPATH=str(ROOT / "rules"), PYTHONDONTWRITEBYTECODE="1", HOME="/tmp",
@@ -256,8 +258,10 @@ def container_config(stage: StageRun, owner: dict[str, str] | None = None) -> di
         "volumes": _volumes(stage),
         "network_mode": "none",
         "read_only": True,
-        "tmpfs": {"/tmp": "", str(ROOT / "work"): ""},
-        "user": f"{os.getuid()}:{os.getgid()}",
+        # Docker makes a mount point the image lacks root's, mode 755: as anyone but root (a
+        # normal user's CI runner) the rule could not write its own working folder.
+        "tmpfs": {"/tmp": "mode=1777", str(ROOT / "work"): f"mode=0700,uid={uid},gid={gid}"},
+        "user": f"{uid}:{gid}",
         "detach": True,
         "labels": {"hefbuild.task": stage.task, STAGE: stage.task, **(owner or {})},
     }
