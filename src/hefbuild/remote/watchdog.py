@@ -68,8 +68,12 @@ class Watchdog:
             if not deadline.done:
                 deadline.done = True
                 self._done += 1
-                if self._heap[0][2] is deadline:  # the one it sleeps for: look again, so
-                    self._cond.notify()  # an idle thread ends IDLE_S after the last exchange
+                # Only when none is left, so that an idle thread ends IDLE_S after the last
+                # exchange. Otherwise it wakes at the disarmed one's time, which is never
+                # later than a live one's: waking it for every blob cost 3 % of a download
+                # of 200 x 1 MiB (docs/transfers.md).
+                if self._done == len(self._heap):
+                    self._cond.notify()
                 self._compact()
 
     def pending(self) -> int:
