@@ -18,7 +18,8 @@ class Digest:
     hex: str
 
     def __post_init__(self) -> None:
-        if len(self.hex) != 64 or any(c not in "0123456789abcdef" for c in self.hex):
+        # strip leaves nothing exactly when every character is a lowercase hex digit
+        if len(self.hex) != 64 or self.hex.strip("0123456789abcdef"):
             raise ValueError(f"not a sha256 hex digest: {self.hex!r}")
 
     def __str__(self) -> str:

@@ -156,7 +156,8 @@ class Store:
     def adopt(self, new: Incoming, digest: str) -> None:
         """Publish an incoming object whose SHA-256 the caller computed as it was written."""
         new.publish()
-        self._stats.remember(new.dest, Digest(digest))
+        # The open file's own stat, taken after its link: no walk of the object's path.
+        self._stats.remember(new.dest, Digest(digest), os.fstat(new.out.fileno()))
 
     def batch(self) -> AbstractContextManager[None]:
         """Many objects put at once: their stat-cache rows are written in one transaction."""
