@@ -21,7 +21,7 @@ def each(call: Callable[..., T], calls: list[tuple[Any, ...]], workers: int) -> 
     """`call(*args)` for each, up to `workers` at once, results in order. The first error
     (in the order of `calls`) is raised once the calls in flight have ended (none still
     writes after it); those not started are dropped. An interrupt of the caller (Ctrl-C)
-    also waits for the calls in flight, then goes on."""
+    also waits for the calls in flight before it is raised."""
     workers = min(workers, len(calls))
     if workers <= 1:
         return [call(*args) for args in calls]
