@@ -58,3 +58,21 @@ def test_the_first_error_in_order_is_raised_once_the_calls_in_flight_end() -> No
         each(calls, args, 4)
     assert calls.running == 0  # nothing still runs once it is raised
     assert len(calls.started) < 40  # the calls not started are dropped
+
+
+def test_an_interrupt_waits_for_the_calls_in_flight_then_is_raised() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Ctrl-C reaches the main thread only")
+    import _thread
+
+    calls = Calls()
+
+    def call(i: int) -> int:
+        if i == 0:
+            _thread.interrupt_main()  # Ctrl-C while the caller waits for the threads
+        return calls(i, 0.2)
+
+    with pytest.raises(KeyboardInterrupt):
+        each(call, [(i,) for i in range(40)], 4)
+    assert calls.running == 0  # nothing still runs once it is raised
+    assert len(calls.started) < 40  # no new call was taken after it

@@ -39,17 +39,19 @@ def each(call: Callable[..., T], calls: list[tuple[Any, ...]], workers: int) -> 
             except BaseException as exc:  # raised by the caller, below
                 errors[i] = exc
 
-    threads = [threading.Thread(target=work, name="hefbuild-transfer", daemon=True)
-               for _ in range(workers)]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
+    started: list[threading.Thread] = []
+    try:  # an interrupt may come while threads are still being started
+        for _ in range(workers):
+            started.append(threading.Thread(target=work, name="hefbuild-transfer",
+                                            daemon=True))
+            started[-1].start()
+        for thread in started:
             thread.join()
     except BaseException as exc:
         errors.setdefault(-1, exc)  # the others take no new call
-        for thread in threads:
-            thread.join()
+        for thread in started:
+            if thread.ident is not None:
+                thread.join()
         raise
     if errors:
         raise errors[min(errors)]
