@@ -4,6 +4,7 @@ calls in flight have ended."""
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 
@@ -72,7 +73,13 @@ def test_an_interrupt_waits_for_the_calls_in_flight_then_is_raised() -> None:
             _thread.interrupt_main()  # Ctrl-C while the caller waits for the threads
         return calls(i, 0.2)
 
-    with pytest.raises(KeyboardInterrupt):
-        each(call, [(i,) for i in range(40)], 4)
+    # Python's own handler, whatever this process inherited (pytest under nohup ignores
+    # SIGINT, and then interrupt_main does nothing)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            each(call, [(i,) for i in range(40)], 4)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert calls.running == 0  # nothing still runs once it is raised
     assert len(calls.started) < 40  # no new call was taken after it
