@@ -34,12 +34,14 @@ class User:
     def run(self, command: str, cwd: Path, env: dict[str, str],
             timeout: float = 1800) -> subprocess.CompletedProcess:
         """`command` in bash, as this user, with `env` and nothing else."""
-        argv = ["bash", "-c", command]
-        if os.geteuid() == 0:
-            argv = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups",
-                    "--", *argv]
-        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run([*self.runner(), "bash", "-c", command], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def runner(self) -> tuple[str, ...]:
+        """The prefix that runs a command as this user (exec'd: it keeps the PID)."""
+        if os.geteuid() != 0:
+            return ()
+        return ("setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", "--")
 
 
 def normal_user() -> User:

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,8 +77,8 @@ def inside(holder_pid: int) -> Iterator[None]:
         os.close(theirs)
 
 
-@pytest.fixture(scope="package")
-def netns() -> Iterator[int]:
+@contextmanager
+def loopback_namespace() -> Iterator[int]:
     """A network namespace with only `lo`, up; yields the PID that holds it."""
     _require(shutil.which("unshare") is not None and os.geteuid() == 0,
              "unshare --net (as root) is needed for a loopback-only Ray cluster")
@@ -90,6 +91,24 @@ def netns() -> Iterator[int]:
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
+
+
+@contextmanager
+def ray_sessions() -> Iterator[Path]:
+    """A folder for the cluster's Ray sessions (RAY_TMPDIR), removed after it. Ray's own,
+    /tmp/ray, keeps every session's logs and sockets after the cluster is gone; the name is
+    short because Ray's sockets live under it (a socket's path has at most 107 bytes)."""
+    folder = Path(tempfile.mkdtemp(prefix="hefbuild-ray-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def netns() -> Iterator[int]:
+    with loopback_namespace() as holder:
+        yield holder
 
 
 @pytest.fixture(scope="package")
@@ -106,7 +125,8 @@ def cluster(netns: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     site = site_with(tmp / "device-site", PINNED, NODE_VERSION)
     nodes = [dict(n, env_vars={"PYTHONPATH": str(site)}) if n["node_name"] == "device-node"
              else n for n in NODES]
-    with inside(netns):
+    with ray_sessions() as sessions, inside(netns):
+        env["RAY_TMPDIR"] = str(sessions)
         proc, address = start(nodes, tmp / "cluster.err", env)
         cache = NginxCache(root=tmp / "nginx").start()
         try:

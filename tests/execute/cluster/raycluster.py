@@ -30,11 +30,13 @@ HERE = Path(__file__).resolve()
 
 
 def start(nodes: list[dict], log: Path, env: dict[str, str],
-          node_types: dict | None = None) -> tuple[subprocess.Popen, str]:
-    """This file as a process (in the caller's network namespace); its address once up."""
+          node_types: dict | None = None,
+          command: tuple[str, ...] = (sys.executable, str(HERE))) -> tuple[subprocess.Popen, str]:
+    """This file as a process (in the caller's network namespace), its address once up.
+    `command` runs it (another user's: setpriv, which keeps the PID, their Python, a copy)."""
     args = [json.dumps(nodes)] + ([json.dumps(node_types)] if node_types else [])
     with open(log, "w") as err:  # the child keeps its own copy
-        proc = subprocess.Popen([sys.executable, str(HERE), *args],
+        proc = subprocess.Popen([*command, *args],
                                 stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fakes.cache_server import NginxCache
 
-from .conftest import inside
+from .conftest import inside, ray_sessions
 from .raycluster import start, stop
 from .test_cluster import MODEL, cluster_project
 
@@ -32,7 +32,8 @@ def autoscaling(netns: int, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     tmp = tmp_path_factory.mktemp("autoscaling")
     env = {**os.environ, "HEFBUILD_STORE": str(tmp / "node-store"),
            "RAY_BACKEND_LOG_LEVEL": "error", "RAY_USAGE_STATS_ENABLED": "0"}
-    with inside(netns):
+    with ray_sessions() as sessions, inside(netns):
+        env["RAY_TMPDIR"] = str(sessions)
         proc, address = start(HEAD, tmp / "cluster.err", env, NODE_TYPES)
         cache = NginxCache(root=tmp / "nginx").start()
         try:
