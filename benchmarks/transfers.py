@@ -112,6 +112,10 @@ def _cpu() -> float:
 
 def timed(contender: Contender) -> Run:
     contender.prepare()
+    # What the rounds before wrote is written back now, not while this one is timed (a row
+    # raced while the blobs' 1.2 GiB were still being written gave 0.79 of curl's speed,
+    # 1.00-1.05 after a sync; a 1 GiB row leaves gigabytes behind).
+    os.sync()
     cpu, start = _cpu(), time.perf_counter()
     contender.run()
     return Run(time.perf_counter() - start, _cpu() - cpu)

@@ -22,6 +22,8 @@ from ci.as_user import User, normal_user
 from e2e.conftest import REPO, Project
 from fakes.cache_server import NginxCache
 
+from hefbuild.execute.sandbox import bwrap_path
+
 from .conftest import NODES, _require, inside, loopback_namespace
 from .raycluster import start, stop
 from .test_cluster import MODEL, cluster_project, ran_on
@@ -112,6 +114,9 @@ def test_a_normal_user_builds_on_their_own_cluster(user_cluster: dict) -> None:
     assert run.outcomes() == {"prep:m1": "built", "train:m1": "built", "check:m1": "built"}
     assert ran_on(project, "m1", "train") == "gpu-node"
     assert ran_on(project, "m1", "check") == "device-node"
+    if bwrap_path() is not None:  # CI installs it: the nodes sandbox the user's stages
+        assert {project.manifest(f"{s}:m1")["sandbox"] for s in ("prep", "train", "check")} \
+            == {"bwrap"}
     # Every file the driver and the nodes made is the user's: nothing ran as root.
     for made in ("p", "store", "node-store"):
         assert _foreign(home / made, user.uid) == [], made
