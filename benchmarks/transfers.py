@@ -4,7 +4,8 @@
                                    [--only WORD...]
 
 Contenders move the same bytes to and from the same server, alternating, after one untimed
-warm-up each, --runs rounds (three times as many for the small blobs, whose rounds are short);
+warm-up each, --runs rounds (three times as many for the small blobs, whose rounds are short),
+each after a sync, so that no round shares the disk with what the rounds before it wrote;
 the ratio is the median of the rounds' own ratios, with its quartiles:
 - download: hefbuild's verified download into its store (`BlobStore.download_all`, as a
   cache hit fetches its blobs: SHA-256 checked, inserted only if it matches; a large blob
