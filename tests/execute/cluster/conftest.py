@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -63,18 +63,38 @@ def _setns(fd: int) -> None:
         raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET) failed")
 
 
+# The namespace the tests started in (this file is imported before any fixture moves the
+# thread): what must reach the world from inside a cluster's fixture goes back there.
+_STARTED_IN = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+
+
 @contextmanager
-def inside(holder_pid: int) -> Iterator[None]:
-    """This thread (and what it starts) in the namespace of `holder_pid`, then back."""
+def _joined(ns: int) -> Iterator[None]:
+    """This thread (and what it starts) in the network namespace `ns`, then back."""
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    theirs = os.open(f"/proc/{holder_pid}/ns/net", os.O_RDONLY)
     try:
-        _setns(theirs)
+        _setns(ns)
         yield
     finally:
         _setns(own)
         os.close(own)
+
+
+@contextmanager
+def inside(holder_pid: int) -> Iterator[None]:
+    """This thread (and what it starts) in the namespace of `holder_pid`, then back."""
+    theirs = os.open(f"/proc/{holder_pid}/ns/net", os.O_RDONLY)
+    try:
+        with _joined(theirs):
+            yield
+    finally:
         os.close(theirs)
+
+
+def outside() -> AbstractContextManager[None]:
+    """This thread in the namespace the tests started in, then back: the package's cluster
+    keeps it inside a loopback-only one, where a package registry cannot be reached."""
+    return _joined(_STARTED_IN)
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from fakes.cache_server import NginxCache
 
 from hefbuild.execute.sandbox import bwrap_path
 
-from .conftest import NODES, _require, inside, loopback_namespace
+from .conftest import NODES, _require, inside, loopback_namespace, outside
 from .raycluster import start, stop
 from .test_cluster import MODEL, cluster_project, ran_on
 
@@ -78,7 +78,8 @@ def user_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     home = Path(tempfile.mkdtemp(prefix="hefbuild-rayuser-", dir="/tmp"))
     try:
         env = user_env(user, home)
-        python = (*user.runner(), str(user_python(user, home, env)))
+        with outside():  # pip reaches the package registries
+            python = (*user.runner(), str(user_python(user, home, env)))
         nginx_root = tmp_path_factory.mktemp("ray-user-cache")
         with loopback_namespace() as holder, inside(holder):
             # Ray's sessions in the user's folder (conftest.ray_sessions); the driver finds
