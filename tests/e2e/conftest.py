@@ -46,16 +46,14 @@ class Project:
     def doit(self, *args: str, timeout: float = 600, env: dict | None = None) -> DoitRun:
         before = len(self._events())
         done = subprocess.run(
-            [*self.python, "-m", "doit", *args], cwd=self.root,
-            capture_output=True,
+            [*self.python, "-m", "doit", *args], cwd=self.root, capture_output=True,
             text=True, timeout=timeout, env=self.env(env),
         )
         return DoitRun(done.returncode, done.stdout, done.stderr, self._events()[before:])
 
     def popen(self, *args: str) -> subprocess.Popen:
         """doit started in the background, which a test may interrupt (Ctrl-C is SIGINT)."""
-        return subprocess.Popen([*self.python, "-m", "doit", *args],
-                                cwd=self.root,
+        return subprocess.Popen([*self.python, "-m", "doit", *args], cwd=self.root,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=self.env(None), preexec_fn=_interruptible)
 

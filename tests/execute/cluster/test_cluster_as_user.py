@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from ci.as_user import User, normal_user
+from ci.as_user import User, base_env, normal_user
 from e2e.conftest import REPO, Project
 from fakes.cache_server import NginxCache
 
@@ -33,11 +33,10 @@ HERE = Path(__file__).resolve().parent
 
 
 def user_env(user: User, home: Path) -> dict[str, str]:
-    """A login's environment: nothing of ours (no HEFBUILD_*, no root's HOME), and how this
-    machine reaches its package registries (pip's own variables)."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "USER": user.name,
-           "LOGNAME": user.name, "LANG": "C.UTF-8", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_") or k == "CI"})
+    """A runner's shell (as_user.base_env: no HEFBUILD_*, no root's HOME) without Ray's
+    usage report."""
+    env = base_env(home, user, home / "bin", home / "pip-cache")
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
     return env
 
 
@@ -59,7 +58,7 @@ def user_python(user: User, home: Path, env: dict[str, str]) -> Path:
     venv = home / "venv"
     script = (f"{system} -m venv {venv} && {venv}/bin/pip install -q "
               + " ".join(shlex.quote(pin) for pin in cluster_pins())
-              + f" && {venv}/bin/python -c 'import site, sys; print(site.getsitepackages()[0])'")
+              + f" && {venv}/bin/python -c 'import site; print(site.getsitepackages()[0])'")
     made = user.run(script, cwd=home, env=env, timeout=600)
     if made.returncode != 0:
         _require(False, f"a venv with ray for {user.name}: {made.stderr.strip()[-600:]}")
@@ -72,7 +71,7 @@ def user_python(user: User, home: Path, env: dict[str, str]) -> Path:
 @pytest.fixture(scope="module")
 def user_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     _require(os.geteuid() == 0 and shutil.which("setpriv") is not None,
-          "needs root and setpriv: a network namespace, and a normal user to run as")
+             "needs root and setpriv: a network namespace, and a normal user to run as")
     user = normal_user()
     # The user's own folder: pytest's base temp folder is root's, closed to others.
     home = Path(tempfile.mkdtemp(prefix="hefbuild-rayuser-", dir="/tmp"))
