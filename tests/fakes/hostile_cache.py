@@ -7,6 +7,8 @@ nginx with WebDAV. `misbehave(path, how)` changes what one entry's GET answers:
     "endless"   200 with no length, then zeros without end (until the client hangs up)
     "trickle"   the true bytes with their true length, one byte every `trickle_s`
     "oversize"  the true bytes plus `extra` more, with a Content-Length that says so
+    "stall"     the true length, the first half of the bytes, then silence (until stopped)
+    "cut"       the true length, the first half of the bytes, then the connection closed
 
 Every request is logged as (method, path) in `requests`. `delay_s` holds every `cas/` request
 that long before it is answered, and `max_in_flight[method]` says how many `cas/` requests of
@@ -61,7 +63,7 @@ class HostileCache:
                 self._in_flight[method] -= 1
 
     def misbehave(self, path: str, how: str) -> None:
-        assert how in ("endless", "trickle", "oversize"), how
+        assert how in ("endless", "trickle", "oversize", "stall", "cut"), how
         self.behaviour[path.lstrip("/")] = how
 
     def start(self) -> HostileCache:
@@ -145,6 +147,8 @@ def _handler(cache: HostileCache) -> type[BaseHTTPRequestHandler]:
                     self._trickle(data)
                 elif how == "oversize":
                     self._reply(200, data + b"\0" * cache.extra)
+                elif how in ("stall", "cut"):
+                    self._half(data, stall=how == "stall")
                 else:
                     self._reply(200, data)
             except (BrokenPipeError, ConnectionResetError):
@@ -166,6 +170,17 @@ def _handler(cache: HostileCache) -> type[BaseHTTPRequestHandler]:
             while not cache.stopping.is_set():
                 self.wfile.write(zeros)
                 cache.streamed[self.path] = cache.streamed.get(self.path, 0) + CHUNK
+
+        def _half(self, data: bytes, stall: bool) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[:len(data) // 2])
+            self.wfile.flush()
+            cache.streamed[self.path] = len(data) // 2
+            self.close_connection = True
+            if stall:
+                cache.stopping.wait()
 
         def _trickle(self, data: bytes) -> None:
             self.send_response(200)

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import http.client
 import os
+import socket
 import ssl
 import threading
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import IO
 from urllib.parse import urlsplit
 
 from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
-from . import expect, overlap
+from . import expect, overlap, waitall
 from .overlap import HashingReader, HashingWriter
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
 from .watchdog import SHARED, Deadline, Watchdog
@@ -152,7 +153,7 @@ class HttpTransport:
                     conn.request(method, url, body=source, headers=headers)
                 elif self._go_on(conn, method, url, headers):
                     conn.send(source)
-        return self._answer(method, conn.getresponse(), reader)
+        return self._answer(method, conn.getresponse(), reader, conn.sock)
 
     def _go_on(self, conn: http.client.HTTPConnection, method: str, url: str,
                headers: dict[str, str]) -> bool:
@@ -169,7 +170,7 @@ class HttpTransport:
         raise RemoteError(problem, f"HTTP {status} on {method}, before the body", status)
 
     def _answer(self, method: str, resp: http.client.HTTPResponse,
-                reader: Reader | None) -> tuple[int, int]:
+                reader: Reader | None, sock: socket.socket | None) -> tuple[int, int]:
         status = resp.status
         if status == 404 and method in ("GET", "HEAD"):
             resp.read()
@@ -185,7 +186,7 @@ class HttpTransport:
             return status, 0
         into, limit = reader
         if isinstance(into, memoryview):
-            return status, _fill(resp, into)
+            return status, _fill(resp, into, sock)
         return status, _drain(resp, into, limit)
 
     def _conn(self) -> http.client.HTTPConnection:
@@ -230,11 +231,14 @@ def _complete(total: int, announced: int) -> int:
     return total
 
 
-def _fill(resp: http.client.HTTPResponse, into: memoryview) -> int:
+def _fill(resp: http.client.HTTPResponse, into: memoryview, sock: socket.socket | None) -> int:
     """The body into `into`, which has room for one byte more than the body may have: a
     body that fills it is too long, and refused."""
     limit = len(into) - 1
     announced = _announced(resp, limit)
+    if waitall.fits(sock, resp):
+        assert sock is not None
+        return _complete(waitall.read_body(resp, sock, into), announced)
     total = 0
     while total < len(into) and (n := resp.readinto(into[total:])):
         total += n
