@@ -10,7 +10,6 @@ import base64
 import hashlib
 import http.client
 import os
-import socket
 import ssl
 import threading
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import IO
 from urllib.parse import urlsplit
 
 from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
-from . import expect, overlap, waitall
+from . import expect, overlap, plain_get
 from .overlap import HashingReader, HashingWriter
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
 from .watchdog import SHARED, Deadline, Watchdog
@@ -59,6 +58,7 @@ class HttpTransport:
         self._headers = {"User-Agent": "hefbuild"} | _auth_header(settings)
         self._ssl = _ssl_context(settings) if self._https else None
         self._local = threading.local()
+        self._plain = None if self._https else _plain_get(self._host, self._port, self._headers)
         self._expect = True  # large uploads wait for `100 Continue` (expect.py)
         self.watchdog: Watchdog = SHARED
 
@@ -90,18 +90,29 @@ class HttpTransport:
     # The one place that turns sockets and statuses into RemoteError.
     def _call(self, method: str, path: str, body: tuple[Path | bytes, str | None] | None = None,
               reader: Reader | None = None, size: int = 0,
-              meanwhile: Callable[[], None] | None = None) -> tuple[int, int]:
+              meanwhile: Callable[[], None] | None = None, plain: bool = True) -> tuple[int, int]:
         deadline: Deadline | None = None
         try:
             conn = self._conn()
             if conn.sock is None:
                 conn.connect()
             deadline = self.watchdog.arm(self._timeout + size / self._min_rate, conn.sock)
-            answer = self._exchange(conn, method, path, body, reader, meanwhile)
+            url = f"{self._base}/{path}"
+            if plain and self._plain is not None and reader is not None \
+                    and isinstance(reader[0], memoryview) and plain_get.takes(url):
+                answer = self._plain_exchange(self._plain, conn, url, reader[0], meanwhile)
+            else:
+                answer = self._exchange(conn, method, path, body, reader, meanwhile)
         except _NoExpect:
             self.watchdog.disarm(deadline)
             deadline = None
             return self._call(method, path, body, reader, size)  # once: without the header
+        except plain_get.Unusual:
+            self._drop()
+            self.watchdog.disarm(deadline)
+            deadline = None
+            # again through http.client; `meanwhile` ran when the first request went
+            return self._call(method, path, body, reader, size, plain=False)
         except (CorruptSource, SinkError):
             self._drop()  # the server never sees the rest of the body: it keeps nothing
             raise
@@ -132,6 +143,19 @@ class HttpTransport:
             return RemoteError(Problem.UNREACHABLE, exc.strerror or type(exc).__name__)
         return exc
 
+    def _plain_exchange(self, plain: plain_get.PlainGet, conn: http.client.HTTPConnection,
+                        url: str, into: memoryview,
+                        meanwhile: Callable[[], None] | None) -> tuple[int, int]:
+        assert conn.sock is not None
+        status, got, announced, keep = plain.get(conn.sock, url, into, meanwhile)
+        if not keep:
+            self._drop()
+        if status == 404:
+            return 404, 0
+        if not 200 <= status < 300:
+            raise RemoteError(_status_problem(status), f"HTTP {status} on GET", status)
+        return status, _complete(got, announced)
+
     def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
                   body: tuple[Path | bytes, str | None] | None,
                   reader: Reader | None,
@@ -153,7 +177,7 @@ class HttpTransport:
                     conn.request(method, url, body=source, headers=headers)
                 elif self._go_on(conn, method, url, headers):
                     conn.send(source)
-        return self._answer(method, conn.getresponse(), reader, conn.sock)
+        return self._answer(method, conn.getresponse(), reader)
 
     def _go_on(self, conn: http.client.HTTPConnection, method: str, url: str,
                headers: dict[str, str]) -> bool:
@@ -170,7 +194,7 @@ class HttpTransport:
         raise RemoteError(problem, f"HTTP {status} on {method}, before the body", status)
 
     def _answer(self, method: str, resp: http.client.HTTPResponse,
-                reader: Reader | None, sock: socket.socket | None) -> tuple[int, int]:
+                reader: Reader | None) -> tuple[int, int]:
         status = resp.status
         if status == 404 and method in ("GET", "HEAD"):
             resp.read()
@@ -186,7 +210,7 @@ class HttpTransport:
             return status, 0
         into, limit = reader
         if isinstance(into, memoryview):
-            return status, _fill(resp, into, sock)
+            return status, _fill(resp, into)
         return status, _drain(resp, into, limit)
 
     def _conn(self) -> http.client.HTTPConnection:
@@ -206,6 +230,16 @@ class HttpTransport:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def _plain_get(host: str, port: int | None, headers: dict[str, str]) -> plain_get.PlainGet | None:
+    """What http.client would send as the Host field, for plain_get.py; None when a header
+    has a line break (http.client then refuses the request, as it should)."""
+    host = f"[{host}]" if ":" in host else host
+    try:
+        return plain_get.PlainGet(host if port in (None, 80) else f"{host}:{port}", headers)
+    except ValueError:
+        return None
 
 
 def _length(resp: http.client.HTTPResponse) -> int:
@@ -231,14 +265,11 @@ def _complete(total: int, announced: int) -> int:
     return total
 
 
-def _fill(resp: http.client.HTTPResponse, into: memoryview, sock: socket.socket | None) -> int:
+def _fill(resp: http.client.HTTPResponse, into: memoryview) -> int:
     """The body into `into`, which has room for one byte more than the body may have: a
     body that fills it is too long, and refused."""
     limit = len(into) - 1
     announced = _announced(resp, limit)
-    if waitall.fits(sock, resp):
-        assert sock is not None
-        return _complete(waitall.read_body(resp, sock, into), announced)
     total = 0
     while total < len(into) and (n := resp.readinto(into[total:])):
         total += n
