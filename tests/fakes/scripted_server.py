@@ -5,21 +5,25 @@ chunked body, `Connection: close`, HTTP/1.0. `ScriptedServer(answers)` records e
 request as (connection number, the request's head bytes) in `requests`; an answer is
 `(bytes, how)` with how "whole" (sent at once), "pieces" (the head a byte a write, then
 the body in 7 writes, with a short pause after each) or "close" (sent whole, then the
-connection closed). After the script, it closes.
+connection closed). After the script, it closes. With `tls` (a server context), it speaks
+HTTPS.
 """
 
 from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import threading
 import time
 from types import TracebackType
 
 
 class ScriptedServer:
-    def __init__(self, answers: list[tuple[bytes, str]]) -> None:
+    def __init__(self, answers: list[tuple[bytes, str]],
+                 tls: ssl.SSLContext | None = None) -> None:
         self.answers = list(answers)
+        self._tls = tls
         self.requests: list[tuple[int, bytes]] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._stop = threading.Event()
@@ -28,7 +32,8 @@ class ScriptedServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        scheme = "https" if self._tls else "http"
+        return f"{scheme}://127.0.0.1:{self._listener.getsockname()[1]}"
 
     def start(self) -> ScriptedServer:
         self._listener.settimeout(0.05)
@@ -61,6 +66,13 @@ class ScriptedServer:
             except TimeoutError:
                 continue
             number += 1
+            if self._tls is not None:
+                conn.settimeout(5)
+                try:
+                    conn = self._tls.wrap_socket(conn, server_side=True)
+                except (ssl.SSLError, OSError):
+                    conn.close()
+                    continue
             self._spawn(self._serve, conn, number)
 
     def _serve(self, conn: socket.socket, number: int) -> None:

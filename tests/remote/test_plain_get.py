@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import http.client
 import os
+import ssl
+import subprocess
+from pathlib import Path
 
 import pytest
 from fakes.scripted_server import ScriptedServer
@@ -144,3 +147,36 @@ def test_plain_heads_parse():
 def test_anything_else_goes_to_http_client(head):
     with pytest.raises(Unusual):
         _parse(head)
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context with a self-signed certificate for 127.0.0.1, and the certificate."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context, cert
+
+
+def test_over_tls_http_client_reads_every_answer(tls):
+    context, cert = tls
+    answers = [(ok(), "whole"), (chunked(BODY[::-1]), "whole"), (ok(BODY[:7]), "pieces")]
+    with ScriptedServer(answers, tls=context) as server:
+        http = HttpTransport(CacheSettings(remote=server.url, timeout_s=5.0, ca_bundle=cert))
+        assert fetch(http) == (len(BODY), BODY)
+        assert fetch(http) == (len(BODY), BODY[::-1])
+        assert fetch(http, size=7) == (7, BODY[:7])
+        assert [n for n, _ in server.requests] == [1, 1, 1], "one connection for all three"
+
+
+def test_a_server_whose_certificate_is_not_trusted_is_unreachable(tls):
+    context, _ = tls
+    with ScriptedServer([(ok(), "whole")], tls=context) as server:
+        with pytest.raises(RemoteError) as err:
+            fetch(transport(server.url))
+        assert err.value.problem is Problem.UNREACHABLE and "TLS" in str(err.value)
+        assert server.requests == []
