@@ -136,6 +136,8 @@ class NginxCache:
         Checked after the bearer token but before basic auth (nginx's phase order).
     root: the scratch folder (conf, logs, temp, data); default a new temporary folder that is
         removed when this object is garbage-collected (or at interpreter exit).
+    sendfile: files go out with sendfile(2), as distributions' nginx.conf sets it (nginx's
+        own default is off: a read and a write per buffer).
 
     start() may be called again after stop(): the server comes back on the same port and data.
     """
@@ -149,6 +151,7 @@ class NginxCache:
         status: int | None = None,
         put_status: int | None = None,
         root: str | os.PathLike[str] | None = None,
+        sendfile: bool = False,
     ) -> None:
         if auth_scope not in AUTH_SCOPES:
             raise ValueError(f"auth_scope must be one of {AUTH_SCOPES}, not {auth_scope!r}")
@@ -170,6 +173,7 @@ class NginxCache:
         self.basic = basic
         self.status = status
         self.put_status = put_status
+        self.sendfile = sendfile
         if root is None:
             self.root = Path(tempfile.mkdtemp(prefix="hefbuild-nginx-"))
             weakref.finalize(self, shutil.rmtree, str(self.root), ignore_errors=True)
@@ -320,6 +324,7 @@ class NginxCache:
             f"    scgi_temp_path {_quote(temp / 'scgi')};",
             "    client_max_body_size 0;",
             "    server_tokens off;",
+            f"    sendfile {'on' if self.sendfile else 'off'};",
             "    server {",
             f"        listen 127.0.0.1:{self._port};",
             "        server_name _;",
