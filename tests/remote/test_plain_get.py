@@ -88,6 +88,13 @@ def test_a_chunked_answer_is_asked_again_through_http_client():
         assert [n for n, _ in server.requests] == [1, 2]
 
 
+def test_a_head_of_bare_line_feeds_is_asked_again_through_http_client():
+    bare = f"HTTP/1.1 200 OK\nContent-Length: {len(BODY)}\n\n".encode() + BODY
+    with ScriptedServer([(bare, "whole"), (bare, "whole")]) as server:
+        assert fetch(transport(server.url)) == (len(BODY), BODY)
+        assert [n for n, _ in server.requests] == [1, 2]
+
+
 def test_an_answer_longer_than_the_limit_is_refused_unread():
     with ScriptedServer([(ok(), "whole")]) as server, pytest.raises(Oversized):
         fetch(transport(server.url), size=len(BODY) - 1)
