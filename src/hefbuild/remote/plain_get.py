@@ -11,9 +11,10 @@ What is taken here is only the plain case: `HTTP/1.x`, a `Content-Length`, no
 twice, a 1xx, a head that is not one) raises `Unusual`, before a byte of the body is read,
 and the transport asks again through http.client on a new connection, where every answer is
 taken or refused as before: an answer without a length still stops at the limit, and so on.
-Statuses other than 2xx and 404 are raised as the transport raises them; the connection
-then goes (its body is never read). The idle timeout and the deadline are the transport's:
-the socket stays in timeout mode for the head, and the body is waitall.py's.
+An answer other than 2xx ends its connection, its body unread: a 404 is still "absent",
+any other status raised as the transport raises it. The idle timeout and the deadline are
+the transport's: the socket stays in timeout mode for the head, and the body is
+waitall.py's.
 """
 
 from __future__ import annotations
