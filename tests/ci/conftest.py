@@ -33,8 +33,9 @@ def owned_folder(user: User, prefix: str) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def pip_cache(user: User) -> Iterator[Path]:
-    """pip's downloads, shared by every install of these tests (a runner's pip cache): the
-    second install of the same pins takes seconds, not a minute."""
+    """pip's downloads, shared by every install of these tests (a runner's pip cache): no
+    install downloads a wheel twice. (Most of an install's minute is pip compiling every
+    module to bytecode, which no cache saves.)"""
     with owned_folder(user, "hefbuild-ci-pip-") as path:
         yield path
 
