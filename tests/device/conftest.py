@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from e2e.conftest import DoitRun, Project, copy_project
 from fakes.toolchains import FAKE_DFC_TOOLCHAIN
+from session_once import once_per_session
 
 REPO = Path(__file__).resolve().parents[2]
 SSHD = "/usr/sbin/sshd"
@@ -189,11 +190,29 @@ attempt_timeout = "{timeout}"
 """
 
 
+def hailo_project(root: Path, store: Path) -> Project:
+    """The project with the tiny hailo model and the FAKE DFC toolchain (no device yet)."""
+    project = copy_project(root, store)
+    shutil.copy(REPO / "tests/hailo_models" / f"{MODEL}.toml", project.root / "models")
+    (project.root / "toolchain/hailo-dfc-5.3.0.toml").write_text(FAKE_DFC)
+    return project
+
+
+def _build_hailo_chain(folder: Path) -> None:
+    run = hailo_project(folder / "project", folder / "store").doit(f"hef:{MODEL}",
+                                                                  f"reference:{MODEL}")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 @pytest.fixture(scope="module")
 def device_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One store per file: its first test builds the tiny hailo chain, later ones restore it
-    (a file of its own, as test_verify_over_ssh.py's first verify must be a build)."""
-    return tmp_path_factory.mktemp("device-store")
+    """One store per file, holding the tiny hailo chain up to its HEF and reference, which
+    the session builds once for both files (tests/session_once.py); the device's verify is
+    never in it (test_verify_over_ssh.py's first verify must be a build)."""
+    shared = once_per_session(tmp_path_factory, "device-hailo-chain", _build_hailo_chain)
+    store = tmp_path_factory.mktemp("device-store") / "store"
+    shutil.copytree(shared / "store", store, symlinks=True)
+    return store
 
 
 class Bench:
@@ -242,10 +261,8 @@ class Bench:
 
 @pytest.fixture
 def bench(tmp_path: Path, device_store: Path, ssh_host: SshHost) -> Bench:
-    project = copy_project(tmp_path / "project", device_store)
-    shutil.copy(REPO / "tests/hailo_models" / f"{MODEL}.toml", project.root / "models")
-    (project.root / "toolchain/hailo-dfc-5.3.0.toml").write_text(FAKE_DFC)
-    run = project.doit(f"hef:{MODEL}", f"reference:{MODEL}")
+    project = hailo_project(tmp_path / "project", device_store)
+    run = project.doit(f"hef:{MODEL}", f"reference:{MODEL}")  # restored from the store
     assert run.returncode == 0, run.stdout + run.stderr
     b = Bench(project, ssh_host, tmp_path / "device-cache", tmp_path / "fake-state")
     b.device()
