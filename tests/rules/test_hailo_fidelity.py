@@ -137,6 +137,8 @@ def recipe_with(projection_mode: str, embeddings_mode: str = "a16_w16") -> str:
                         f"[{{embeddings_layer}}], precision_mode={embeddings_mode}")
 
 
+# About 30 s, once per file: fetch trains the tiny checkpoint, then export, the torch
+# reference and the (FAKE) DFC stages that the fidelity rule reads.
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
     chain = Chain(tmp_path_factory.mktemp("fidelity"))

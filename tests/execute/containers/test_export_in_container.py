@@ -147,6 +147,8 @@ def engine_run(project: Project, task: str) -> str:
     return Engine(load_project(project.root, store=project.store)).run(task)["outcome"]
 
 
+# About 30 s, once per file: the tiny checkpoint is trained, then exported twice, in the
+# container and on the host, which is the comparison the file is about.
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
          stack_image: dict[str, Any]) -> Iterator[dict[str, Any]]:
