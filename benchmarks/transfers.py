@@ -52,7 +52,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +63,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fakes.cache_server import NginxCache  # noqa: E402
+from scratch import in_scratch  # noqa: E402
 from shaping_proxy import ShapingProxy  # noqa: E402
 
 from hefbuild.declare.settings import CacheSettings  # noqa: E402
@@ -333,16 +333,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", metavar="WORD",
                     help="only the rows whose label has one of these words")
     args = ap.parse_args()
-    missing = [tool for tool in ("nginx", "curl") if shutil.which(tool) is None]
-    if missing:
-        print(f"transfers: {' and '.join(missing)} not installed (.ci/setup installs them)")
-        return 0
-    work = Path(tempfile.mkdtemp(prefix="hefbuild-transfers-"))
-    try:
-        bench(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return in_scratch("transfers", lambda work: bench(args, work))
 
 
 if __name__ == "__main__":

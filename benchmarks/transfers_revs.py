@@ -21,15 +21,15 @@ import json
 import os
 import random
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from io import BytesIO
 from pathlib import Path
+
+from scratch import in_scratch
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -217,16 +217,7 @@ def main() -> int:
     args = ap.parse_args()
     if len(set(args.revs)) != len(args.revs):
         ap.error("each revision once")
-    missing = [tool for tool in ("nginx", "curl") if shutil.which(tool) is None]
-    if missing:
-        print(f"transfers_revs: {' and '.join(missing)} not installed (.ci/setup installs them)")
-        return 0
-    work = Path(tempfile.mkdtemp(prefix="hefbuild-revs-"))
-    try:
-        race(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return in_scratch("transfers_revs", lambda work: race(args, work))
 
 
 if __name__ == "__main__":
