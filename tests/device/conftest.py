@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e.conftest import DoitRun, Project, copy_project
-from fakes.toolchains import FAKE_DFC_TOOLCHAIN
-from session_once import once_per_session
+from e2e.conftest import DoitRun, Project
+from hailo_chain import MODEL, hailo_chain, hailo_project
 
 REPO = Path(__file__).resolve().parents[2]
 SSHD = "/usr/sbin/sshd"
@@ -164,9 +163,7 @@ def ssh_host(tmp_path_factory: pytest.TempPathFactory):
 
 # -- a project wired to that device host ----------------------------------------------------
 
-MODEL = "tiny-hailo-llama"
 VERIFY = f"verify:{MODEL}"
-FAKE_DFC = FAKE_DFC_TOOLCHAIN
 DEVICE = """\
 [toolchain]
 kind = "ssh"
@@ -190,26 +187,12 @@ attempt_timeout = "{timeout}"
 """
 
 
-def hailo_project(root: Path, store: Path) -> Project:
-    """The project with the tiny hailo model and the FAKE DFC toolchain (no device yet)."""
-    project = copy_project(root, store)
-    shutil.copy(REPO / "tests/hailo_models" / f"{MODEL}.toml", project.root / "models")
-    (project.root / "toolchain/hailo-dfc-5.3.0.toml").write_text(FAKE_DFC)
-    return project
-
-
-def _build_hailo_chain(folder: Path) -> None:
-    run = hailo_project(folder / "project", folder / "store").doit(f"hef:{MODEL}",
-                                                                  f"reference:{MODEL}")
-    assert run.returncode == 0, run.stdout + run.stderr
-
-
 @pytest.fixture(scope="module")
 def device_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One store per file, holding the tiny hailo chain up to its HEF and reference, which
-    the session builds once for both files (tests/session_once.py); the device's verify is
-    never in it (test_verify_over_ssh.py's first verify must be a build)."""
-    shared = once_per_session(tmp_path_factory, "device-hailo-chain", _build_hailo_chain)
+    the session builds once (tests/hailo_chain.py); the device's verify is never in it
+    (test_verify_over_ssh.py's first verify must be a build)."""
+    shared = hailo_chain(tmp_path_factory)
     store = tmp_path_factory.mktemp("device-store") / "store"
     shutil.copytree(shared / "store", store, symlinks=True)
     return store

@@ -20,6 +20,7 @@ from typing import Any
 
 import onnx
 import pytest
+from session_once import once_per_session
 from tree_digest import sha256_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,15 +117,32 @@ class MethodRun:
     report: dict[str, Any]
 
 
-# About 45 s per model, once per file: fetch trains the checkpoint, then every method's
-# quantize, compile and verify, which the tests of the file only read.
+def fetched_and_exported(factory: pytest.TempPathFactory, model: str) -> Path:
+    """A folder whose `build/fetch` and `build/export` are the model's, made once a session
+    (tests/session_once.py): fetch trains the checkpoint (some 15 s of CPU), and
+    test_cpu_ort_chain.py runs the same two actions on tiny-llama. Read only."""
+    def build(folder: Path) -> None:
+        chain = Chain(folder, model)
+        for stage in ("fetch", "export"):
+            chain.promote(stage, chain.run(stage))
+    return once_per_session(factory, f"cpu-ort-{model}", build)
+
+
+def copy_stages(shared: Path, build: Path, stages: tuple[str, ...]) -> None:
+    """`shared`'s build folders of `stages` into `build`, read only as the engine's are."""
+    for stage in stages:
+        shutil.copytree(shared / "build" / stage, build / stage)
+
+
+# About 30 s per model, once per file: every method's quantize, compile and verify, which
+# the tests of the file only read (on fetch and export made once a session).
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def built(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Chain, dict[str, MethodRun]]]:
     model = request.param
     chain = Chain(tmp_path_factory.mktemp(model), model)
-    for stage in ("fetch", "export"):
-        chain.promote(stage, chain.run(stage))
+    copy_stages(fetched_and_exported(tmp_path_factory, model), chain.root / "build",
+                ("fetch", "export"))
     results = {}
     for method in METHODS:
         quantized = chain.promote("quantize", chain.run("quantize", {"method": method}),

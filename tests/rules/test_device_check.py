@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.toolchains import FAKE_DFC_TOOLCHAIN
+from hailo_chain import MODEL, hailo_chain
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("onnxruntime")
@@ -32,10 +31,6 @@ sys.path.insert(0, str(REPO / "rules"))
 from common.compare import compare_generations, is_degenerate  # noqa: E402
 
 SCRIPT = REPO / "rules" / "hailo" / "device_check.py"
-MODEL = "tiny-hailo-llama"
-PROJECT_PARTS = ("dodo.py", "pyproject.toml", "models", "toolchain", "rules", "data", "images",
-                 "placements")
-FAKE_DFC = FAKE_DFC_TOOLCHAIN
 # Untrained model: "Once upon a time" streams invalid-UTF-8 byte tokens (token_ids inexact),
 # "A" streams clean ones (token_ids exact); both paths are checked.
 PROMPTS = ["Once upon a time", "A"]
@@ -57,24 +52,9 @@ class Built:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """tiny-hailo-llama through hef:<model> with the fake DFC, in a copy of the project."""
-    base = tmp_path_factory.mktemp("device-check")
-    root = base / "project"
-    root.mkdir()
-    for part in PROJECT_PARTS:
-        src = REPO / part
-        if src.is_dir():
-            shutil.copytree(src, root / part, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.exists():
-            shutil.copy2(src, root / part)
-    shutil.copy(REPO / "tests/hailo_models" / f"{MODEL}.toml", root / "models")
-    (root / "toolchain/hailo-dfc-5.3.0.toml").write_text(FAKE_DFC)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEFBUILD_")}
-    env["HEFBUILD_STORE"] = str(base / "store")
-    done = subprocess.run([sys.executable, "-m", "doit", f"hef:{MODEL}"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    built = Built(root / "build" / MODEL)
+    """tiny-hailo-llama through hef:<model> with the fake DFC: the session's build of it
+    (tests/hailo_chain.py), read only."""
+    built = Built(hailo_chain(tmp_path_factory) / "project" / "build" / MODEL)
     assert built.hef.read_bytes().startswith(b"FAKE-HEF\n")
     return built
 

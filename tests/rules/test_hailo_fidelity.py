@@ -1,8 +1,8 @@
 """rules/hailo/fidelity.py on the tiny hailo Llama, run as the engine runs rules: fetch,
-export and reference for real, parse/resources/optimize with the DFC test double (its HAR is
-FAKE, but model_script.alls is rendered by our own optimize, so fidelity reads a real
-script), then fidelity. Plus the pure helpers: the script's precision lines, the HN mapping,
-the bits of each tensor.
+export and reference for real (the session's doit build of them), parse/resources/optimize
+with the DFC test double (its HAR is FAKE, but model_script.alls is rendered by our own
+optimize, so fidelity reads a real script), then fidelity. Plus the pure helpers: the
+script's precision lines, the HN mapping, the bits of each tensor.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hailo_chain import MODEL, hailo_chain
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "rules"))
@@ -34,7 +35,6 @@ from hefbuild.declare.targets import stage_defs  # noqa: E402
 np = pytest.importorskip("numpy")
 onnx = pytest.importorskip("onnx")
 
-MODEL = "tiny-hailo-llama"
 DEFS = stage_defs(REPO, "hailo10h")
 TOOLCHAINS = {p.stem for p in (REPO / "toolchain").glob("*.toml")}
 DFC_STAGES = ("parse", "resources", "optimize")
@@ -137,12 +137,15 @@ def recipe_with(projection_mode: str, embeddings_mode: str = "a16_w16") -> str:
                         f"[{{embeddings_layer}}], precision_mode={embeddings_mode}")
 
 
-# About 30 s, once per file: fetch trains the tiny checkpoint, then export, the torch
-# reference and the (FAKE) DFC stages that the fidelity rule reads.
+# The fetch (a trained checkpoint), export and torch reference are the session's build of
+# the model (tests/hailo_chain.py, read only); the (FAKE) DFC stages that the fidelity rule
+# reads run here, once per file, as the tests read their calls.
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
     chain = Chain(tmp_path_factory.mktemp("fidelity"))
-    for stage in ("fetch", "export", "reference", *DFC_STAGES):
+    built = hailo_chain(tmp_path_factory) / "project" / "build" / MODEL
+    chain.dirs.update({stage: built / stage for stage in ("fetch", "export", "reference")})
+    for stage in DFC_STAGES:
         chain.run(stage, keep=True)
     return chain
 
