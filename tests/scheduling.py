@@ -6,8 +6,10 @@ Every test belongs to a group, and a group runs on one worker:
   session- or package-scoped fixture (a Ray cluster in its own network namespace, the
   loopback sshd of the device host, the normal user's pip cache, the Docker session whose
   leftovers the orphan tests count), which must not be made twice or be seen by two workers.
-The e2e store holding one tiny-llama build is made once for every worker of the session
-(tests/session_once.py), so the files reading it may run anywhere.
+What several files read is made once for every worker of the session
+(tests/session_once.py): the e2e store holding one tiny-llama build, the tiny hailo chain up
+to its HEF (tests/hailo_chain.py), the cpu-ort rules' fetch and export of each tiny model;
+so the files reading them may run anywhere.
 
 Groups are handed out slowest first (longest-processing-time first keeps every worker busy
 to the end instead of leaving one 4-minute file for last). SLOW lists the groups that took
