@@ -97,6 +97,7 @@ STAGES: dict[str, dict[str, Any]] = {
         },
     },
 }
+SHARED = ("fetch", "export")  # made once a session (the engine fixture)
 FILE_PARAMS = {"fetch": {"corpus": CORPUS}, "quantize": {"calibration": CALIBRATION}}
 
 
@@ -179,11 +180,9 @@ def set_writable(folder: Path, writable: bool) -> None:
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     eng = Engine(tmp_path_factory.mktemp("hefbuild"))
     shared = fetched_and_exported(tmp_path_factory, MODEL)
-    copy_stages(shared, eng.build, ("fetch", "export"))
+    copy_stages(shared, eng.build, SHARED)
     eng.made_in.append(shared)
-    for stage in STAGES:
-        if (eng.build / stage).exists():
-            continue
+    for stage in (s for s in STAGES if s not in SHARED):
         run = eng.run(stage)
         eng.first_runs[stage] = run
         eng.promote(stage, run)

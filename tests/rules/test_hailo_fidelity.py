@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -393,17 +394,21 @@ OUTLIER = 30.0
 ROWS = (3, 17, 40)
 
 
+def editable_copy(folder: Path, dest: Path) -> None:
+    """`folder` (a stage's build folder: read-only files, store objects) as files of our own
+    at `dest`, to edit (copying modes too, a normal user could not write to them)."""
+    shutil.copytree(folder, dest, copy_function=shutil.copyfile)
+
+
 def sensitive_export(chain: Chain) -> Path:
     """export's folder with layer 1 made sensitive to weight rounding, the float function
     unchanged: a few input rows k of down_proj times OUTLIER and up_proj's output columns k
     divided by it (down_proj reads act(gate) * up). Per output channel those rows then set
     the scale of every column, so the other rows lose their bits."""
-    import shutil
-
     dest = chain.root / "export-sensitive"
     if dest.exists():
         return dest
-    shutil.copytree(chain.dirs["export"], dest)
+    editable_copy(chain.dirs["export"], dest)
     config = json.loads((dest / "run_config.json").read_text())
     model = onnx.load(str(dest / "model.onnx"))
     nodes = {n.name: n for n in model.graph.node}
@@ -509,8 +514,6 @@ def activation_sensitive_export(chain: Chain) -> tuple[Path, int]:
     and reference context by the widest margin: t's logit ends far below every other on
     those, so no top-1 changes. Its column has its own weight scale (per output channel):
     the weights are as easy as before."""
-    import shutil
-
     dest = chain.root / "export-activation-sensitive"
     config = json.loads((chain.dirs["export"] / "run_config.json").read_text())
     action = Action(MODEL, "fidelity", "hailo10h", chain.params("fidelity", None), {},
@@ -529,7 +532,7 @@ def activation_sensitive_export(chain: Chain) -> tuple[Path, int]:
     margin, spread = float(margins[above, token]), float(np.ptp(logits, axis=1).max())
     assert margin > 0.0
     if not dest.exists():
-        shutil.copytree(chain.dirs["export"], dest)
+        editable_copy(chain.dirs["export"], dest)
         model = onnx.load(str(dest / "model.onnx"))
         nodes = {n.name: n for n in model.graph.node}
         head = nodes[config["layer_names"]["lm_head"][0]]
