@@ -1,4 +1,5 @@
-"""PieceFile: any write lands whole and in order, in system calls of at most PIECE bytes."""
+"""PieceFile: any write lands whole and in order, in system calls of at most PIECE bytes, and
+PIECE stays below the size of the blocks a VM's balloon gives back to its host."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 
 import pytest
 
-from hefbuild.store.piecefile import PIECE, PieceFile
+from hefbuild.store.piecefile import PIECE, REPORTING, PieceFile, piece_size
 
 
 class _Counted(io.FileIO):
@@ -51,3 +52,23 @@ def test_a_full_disk_raises_instead_of_returning_short():
             pytest.raises(OSError) as raised:
         f.write(b"x" * (2 * PIECE))
     assert raised.value.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize(("order", "piece"), [
+    (5, 64 << 10),  # blocks of 128 KiB reported: pieces of half that
+    (9, 1 << 20),  # blocks of 2 MiB: half is 1 MiB
+    (11, 1 << 20),  # never more than 1 MiB
+    (1, 4096),  # never less than a page
+    (None, 1 << 20),  # nothing reported (no balloon, no sysfs)
+    (0, 1 << 20),
+])
+def test_pieces_stay_below_the_blocks_the_host_takes_back(order, piece):
+    assert piece_size(order) == piece
+
+
+def test_the_machines_own_piece_is_half_its_reported_block_or_a_mebibyte():
+    try:
+        order = int(REPORTING.read_text())
+    except (OSError, ValueError):
+        order = None
+    assert piece_size(order, os.sysconf("SC_PAGE_SIZE")) == PIECE
