@@ -69,7 +69,7 @@ from shaping_proxy import ShapingProxy  # noqa: E402
 from hefbuild.declare.settings import CacheSettings  # noqa: E402
 from hefbuild.remote.cache import RemoteCache  # noqa: E402
 from hefbuild.remote.cas import BlobStore  # noqa: E402
-from hefbuild.store.piecefile import PIECE, REPORTING  # noqa: E402
+from hefbuild.store.piecefile import PIECE, reporting_order  # noqa: E402
 from hefbuild.store.statcache import StatCache  # noqa: E402
 from hefbuild.store.store import Store  # noqa: E402
 
@@ -277,8 +277,8 @@ def bench(args: argparse.Namespace, work: Path) -> None:
     big, big_path = random_blob(pool, args.big_mib * MIB)
     small = [random_blob(pool, MIB)[0] for _ in range(args.small)]
     blobs = {big: big_path, **{d: pool / d for d in small}}
-    order = REPORTING.read_text().strip() if REPORTING.exists() else "none"
-    print(f"store writes in pieces of {PIECE >> 10} KiB (page_reporting_order: {order})")
+    print(f"store writes in pieces of {PIECE >> 10} KiB "
+          f"(page_reporting_order: {reporting_order() or 'none'})")
     print(f"{'row (MiB/s: hefbuild, curl; ratio curl/hefbuild time, quartiles)':<58} "
           f"{'ours':>6} {'curl':>6}  ratio             cpu s o/c  goal {GOAL}")
     with NginxCache(root=work / "nginx") as nginx:

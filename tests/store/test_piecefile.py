@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from hefbuild.store.piecefile import PIECE, REPORTING, PieceFile, piece_size
+from hefbuild.store.piecefile import PIECE, PieceFile, piece_size, reporting_order
 
 
 class _Counted(io.FileIO):
@@ -58,7 +58,7 @@ def test_a_full_disk_raises_instead_of_returning_short():
     (5, 64 << 10),  # blocks of 128 KiB reported: pieces of half that
     (9, 1 << 20),  # blocks of 2 MiB: half is 1 MiB
     (11, 1 << 20),  # never more than 1 MiB
-    (1, 4096),  # never less than a page
+    (1, 4096),  # half of two pages
     (None, 1 << 20),  # nothing reported (no balloon, no sysfs)
     (0, 1 << 20),
 ])
@@ -67,8 +67,4 @@ def test_pieces_stay_below_the_blocks_the_host_takes_back(order, piece):
 
 
 def test_the_machines_own_piece_is_half_its_reported_block_or_a_mebibyte():
-    try:
-        order = int(REPORTING.read_text())
-    except (OSError, ValueError):
-        order = None
-    assert piece_size(order, os.sysconf("SC_PAGE_SIZE")) == PIECE
+    assert piece_size(reporting_order(), os.sysconf("SC_PAGE_SIZE")) == PIECE

@@ -41,20 +41,21 @@ LARGEST = 1 << 20
 
 def piece_size(reporting_order: int | None, page: int = 4096) -> int:
     """Half a block of `reporting_order` pages (None or below 1: nothing is reported), at
-    most LARGEST and at least a page."""
+    most LARGEST."""
     if reporting_order is None or reporting_order < 1:
         return LARGEST
-    return max(page, min(LARGEST, page << (reporting_order - 1)))
+    return min(LARGEST, page << (reporting_order - 1))
 
 
-def _reporting_order() -> int | None:
+def reporting_order() -> int | None:
+    """This machine's `page_reporting_order`; None where nothing is reported."""
     try:
         return int(REPORTING.read_text())
     except (OSError, ValueError):  # no balloon that reports, or no sysfs: nothing reported
         return None
 
 
-PIECE = piece_size(_reporting_order(), os.sysconf("SC_PAGE_SIZE"))
+PIECE = piece_size(reporting_order(), os.sysconf("SC_PAGE_SIZE"))
 
 
 class PieceFile(io.FileIO):
