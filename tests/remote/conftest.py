@@ -7,6 +7,8 @@ installs nginx and the dav_ext module).
 from __future__ import annotations
 
 import os
+import ssl
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -67,3 +69,16 @@ def silent_server() -> Iterator[SilentServer]:
     """A started SilentServer: accepts connections on 127.0.0.1 and never answers."""
     with SilentServer() as server:
         yield server
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context with a self-signed certificate for 127.0.0.1, and the certificate."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context, cert

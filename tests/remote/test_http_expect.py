@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -205,3 +206,65 @@ def test_a_corrupt_large_object_still_never_sends_its_last_chunk(serve, tmp_path
         transport(server.url).put("cas/x", path, "0" * 64)  # not what the bytes hash to
     server.stop()
     assert server.bodies == [] and digest != "0" * 64  # the body never completed
+
+
+def _interim(*pieces: bytes, gap: float = 0.05,
+             tls: tuple[ssl.SSLContext, Path] | None = None) -> tuple[bytes, bytes]:
+    """What `_interim_head` takes when the server sends `pieces` with `gap` seconds between
+    them (over TLS with `tls`: its server context and certificate), and what it leaves on
+    the socket."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.settimeout(5)
+
+        def send() -> None:
+            peer = theirs if tls is None else tls[0].wrap_socket(theirs, server_side=True)
+            for piece in pieces:
+                peer.sendall(piece)
+                time.sleep(gap)
+            peer.shutdown(socket.SHUT_WR)
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            if tls is not None:
+                client = ssl.create_default_context(cafile=tls[1])
+                ours = client.wrap_socket(ours, server_hostname="127.0.0.1")
+            head = expect._interim_head(ours)
+        finally:
+            sender.join()
+        left = b""
+        while piece := ours.recv(65536):
+            left += piece
+        return head, left
+
+
+def test_the_interim_head_is_taken_and_nothing_after_it():
+    final = b"HTTP/1.1 413 Too Large\r\nContent-Length: 2\r\n\r\nno"
+    head, left = _interim(b"HTTP/1.1 100 Continue\r\n\r\n" + final)
+    assert (head, left) == (b"HTTP/1.1 100 Continue\r\n\r\n", final)
+
+
+@pytest.mark.parametrize("cut", [1, 10, 22, 23, 24, 25])  # 22-24: inside the blank line
+def test_an_interim_head_that_comes_in_pieces_is_put_together(cut):
+    whole = b"HTTP/1.1 100 Continue\r\n\r\n"
+    head, left = _interim(whole[:cut], whole[cut:] + b"after")
+    assert (head, left) == (whole, b"after")
+
+
+@pytest.mark.parametrize("cut", [10, 23])
+def test_over_tls_the_interim_head_is_taken_and_nothing_after_it(cut, tls):
+    whole = b"HTTP/1.1 100 Continue\r\n\r\n"
+    head, left = _interim(whole[:cut], whole[cut:] + b"HTTP/1.1 201 Created", tls=tls)
+    assert (head, left) == (whole, b"HTTP/1.1 201 Created")
+
+
+def test_an_interim_head_that_never_ends_is_refused_within_its_limit():
+    with pytest.raises(RemoteError) as caught:
+        _interim(b"HTTP/1.1 100 Continue\r\n", b"X-Long: " + b"y" * 9000)
+    assert caught.value.problem is Problem.PROTOCOL
+
+
+def test_a_connection_closed_inside_the_interim_head_is_unreachable():
+    with pytest.raises(RemoteError) as caught:
+        _interim(b"HTTP/1.1 100 Cont")
+    assert caught.value.problem is Problem.UNREACHABLE

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import ssl
-import subprocess
-from pathlib import Path
 
 import pytest
 from fakes.scripted_server import ScriptedServer
@@ -154,19 +151,6 @@ def test_plain_heads_parse():
 def test_anything_else_goes_to_http_client(head):
     with pytest.raises(Unusual):
         _parse(head)
-
-
-@pytest.fixture
-def tls(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
-    """A server context with a self-signed certificate for 127.0.0.1, and the certificate."""
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    return context, cert
 
 
 def test_over_tls_http_client_reads_every_answer(tls):
