@@ -5,6 +5,7 @@ ignore it, not know it (417), or answer with no HTTP at all."""
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import ssl
 import threading
@@ -268,3 +269,17 @@ def test_a_connection_closed_inside_the_interim_head_is_unreachable():
     with pytest.raises(RemoteError) as caught:
         _interim(b"HTTP/1.1 100 Cont")
     assert caught.value.problem is Problem.UNREACHABLE
+
+
+def test_bodies_sent_one_after_another_through_the_reused_buffer_are_each_their_own(tmp_path):
+    """A vouched upload (no digest) is read through the thread's one buffer: a short body
+    after a long one must not carry the long one's bytes."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_bytes(os.urandom(2 * MIB + 5))  # two full chunks and a short one
+    second.write_bytes(b"short")
+    with NginxCache(root=tmp_path / "nginx") as nginx:
+        t = transport(nginx.url)
+        for path in (first, second, first):
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            assert t.put(f"cas/{digest}", path) == path.stat().st_size
+            assert nginx.blob_path(digest).read_bytes() == path.read_bytes()
