@@ -7,20 +7,18 @@ status codes."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import http.client
 import os
 import ssl
 import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import IO
 from urllib.parse import urlsplit
 
 from ..declare.settings import DEFAULT_MIN_RATE, CacheSettings
-from . import expect, overlap, plain_get
-from .overlap import HashingReader, HashingWriter
+from . import expect, plain_get
+from .body import check_bytes, upload_body
+from .overlap import HashingWriter
 from .problems import CorruptSource, Oversized, Problem, RemoteError, Sink, SinkError, sunk
 from .watchdog import SHARED, Deadline, Watchdog
 
@@ -83,7 +81,7 @@ class HttpTransport:
     def put(self, path: str, body: Path | bytes, digest: str | None = None) -> int:
         size = body.stat().st_size if isinstance(body, Path) else len(body)
         if digest is not None and isinstance(body, bytes):
-            _check_bytes(body, digest)
+            check_bytes(body, digest)
         self._call("PUT", path, body=(body, digest), size=size)
         return size
 
@@ -170,7 +168,7 @@ class HttpTransport:
             headers["Content-Length"] = str(len(body[0]))
             conn.request(method, url, body=body[0], headers=headers)
         else:
-            with open(body[0], "rb") as f, _source(f, body[1], self._buffer()) as source:
+            with open(body[0], "rb") as f, upload_body(f, body[1], self._buffer()) as source:
                 size = os.fstat(f.fileno()).st_size
                 headers["Content-Length"] = str(size)
                 if size < expect.FROM or not self._expect:
@@ -317,70 +315,6 @@ def _within(resp: http.client.HTTPResponse, total: int, limit: int | None) -> No
         raise Oversized(limit, f"answer larger than the {limit} bytes expected")
 
 
-def _source(f: IO[bytes], digest: str | None,
-            buf: bytearray) -> AbstractContextManager[object]:
-    """What http.client reads a file's body from: hashed on the way when it has a `digest`,
-    on a second thread when it is large; else read through `buf`."""
-    if digest is None:
-        return nullcontext(_Body(f, buf))
-    size = os.fstat(f.fileno()).st_size
-    if size >= overlap.FROM:
-        return HashingReader(f, digest, size, CorruptSource)
-    return nullcontext(_VerifiedBody(f, digest, size))
-
-
-class _Body:
-    """A file's bytes as http.client reads them (a chunk at a time, each sent before the
-    next is read), through a buffer the thread reuses.
-    Why: http.client's own `read(blocksize)` made a new bytes object of 1 MiB a chunk,
-    fresh memory whose pages fault in as the file is copied into them: 0.46 ms a MiB,
-    where the copy into a reused buffer takes 0.12 (cProfile, 200 x 1 MiB)."""
-
-    def __init__(self, f: IO[bytes], buf: bytearray) -> None:
-        self._f, self._buf, self._view = f, buf, memoryview(buf)
-
-    def read(self, _n: int = -1) -> memoryview | bytes:
-        n = self._f.readinto(self._buf)  # type: ignore[attr-defined]
-        return self._view[:n] if n else b""
-
-
-class _VerifiedBody:
-    """A file's bytes as http.client reads them, hashed on the way. The last chunk is held
-    back until every byte hashed to `digest`, so a corrupt local object aborts the PUT
-    before the server has its whole body (a server keeps only complete bodies)."""
-
-    def __init__(self, f: IO[bytes], digest: str, size: int) -> None:
-        self._f, self._digest, self._left = f, digest, size
-        self._hasher = hashlib.sha256()
-        self._ahead = self._next()
-        if not self._ahead:
-            self._check()
-
-    def _next(self) -> bytes:
-        chunk = self._f.read(min(CHUNK, self._left)) if self._left > 0 else b""
-        self._left -= len(chunk)
-        self._hasher.update(chunk)
-        return chunk
-
-    def read(self, _n: int = -1) -> bytes:
-        chunk = self._ahead
-        self._ahead = self._next() if chunk else b""
-        if chunk and not self._ahead:
-            self._check()
-        return chunk
-
-    def _check(self) -> None:
-        actual = self._hasher.hexdigest()
-        if self._left != 0 or self._f.read(1) or actual != self._digest:
-            raise CorruptSource(self._digest, actual)
-
-
-def _check_bytes(data: bytes, digest: str) -> None:
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != digest:
-        raise CorruptSource(digest, actual)
-
-
 def _rate(bytes_per_s: int) -> str:
     return f"{bytes_per_s / (1 << 20):g} MiB/s" if bytes_per_s >= 1 << 20 else \
         f"{bytes_per_s / 1024:g} KiB/s"
@@ -399,5 +333,3 @@ def _auth_header(settings: CacheSettings) -> dict[str, str]:
 def _ssl_context(settings: CacheSettings) -> ssl.SSLContext:
     cafile = str(settings.ca_bundle) if settings.ca_bundle else None
     return ssl.create_default_context(cafile=cafile)
-
-
