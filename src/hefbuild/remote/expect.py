@@ -67,8 +67,14 @@ def _interim_head(sock: socket.socket) -> bytes:
 
 
 def _take(sock: socket.socket, n: int) -> bytes:
-    """`n` bytes that a peek saw, so already received by the kernel."""
-    return sock.recv(n, socket.MSG_WAITALL)
+    """`n` bytes that a peek saw (so already received: one call takes them, but a short
+    one must not leave part of the head behind)."""
+    got = bytearray()
+    while len(got) < n:
+        piece = sock.recv(n - len(got))
+        _check_head(piece, 0)
+        got += piece
+    return bytes(got)
 
 
 def _bytewise_head(sock: socket.socket) -> bytes:
